@@ -1,0 +1,292 @@
+"""The results database (DESIGN 3.6): one SQLite file under ``--results``.
+
+WAL mode and one transaction per trial, so a crash or ``kill -9`` loses at most the
+trial in flight. The schema is versioned; opening a newer database with an older
+bisect-lab is refused rather than guessed at.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import BisectLabError, ConfigError
+from .model import TrialResult, TrialStatus
+
+SCHEMA_VERSION = 1
+DB_NAME = "bisect-lab.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS campaigns (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    experiment TEXT,
+    experiment_name TEXT,
+    created REAL NOT NULL,
+    finished REAL,
+    status TEXT NOT NULL,
+    params TEXT NOT NULL DEFAULT '{}',
+    result TEXT
+);
+CREATE TABLE IF NOT EXISTS trials (
+    campaign TEXT NOT NULL REFERENCES campaigns(id),
+    trial INTEGER NOT NULL,
+    arm TEXT NOT NULL,
+    status TEXT NOT NULL,
+    host TEXT NOT NULL,
+    started REAL NOT NULL,
+    duration_s REAL NOT NULL,
+    metrics TEXT NOT NULL DEFAULT '{}',
+    error TEXT NOT NULL DEFAULT '',
+    commit_sha TEXT,
+    tree_hash TEXT,
+    fingerprint TEXT,
+    env_report TEXT NOT NULL DEFAULT '{}',
+    flags TEXT NOT NULL DEFAULT '[]',
+    tag TEXT,
+    extra TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (campaign, trial)
+);
+CREATE INDEX IF NOT EXISTS trials_arm ON trials(campaign, arm);
+CREATE TABLE IF NOT EXISTS fingerprints (id TEXT PRIMARY KEY, data TEXT NOT NULL);
+"""
+
+
+class StoreError(BisectLabError):
+    pass
+
+
+def _json_default(o):
+    if isinstance(o, (set, frozenset, tuple)):
+        return sorted(o) if isinstance(o, (set, frozenset)) else list(o)
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def dumps(obj) -> str:
+    """JSON that survives NaN/inf (stored as null) and dataclasses with to_dict()."""
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+    return json.dumps(clean(json.loads(json.dumps(obj, default=_json_default))), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Campaign:
+    id: str
+    kind: str
+    experiment: str | None
+    experiment_name: str | None
+    created: float
+    finished: float | None
+    status: str
+    params: dict
+    result: dict | None
+
+
+def new_campaign_id(kind: str) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{kind}-{secrets.token_hex(2)}"
+
+
+class Store:
+    """Campaigns, trials and fingerprints in one SQLite file. Thread-safe."""
+
+    def __init__(self, results_dir: str | os.PathLike, *, create: bool = True):
+        self.dir = Path(results_dir)
+        self.path = self.dir / DB_NAME
+        if not self.path.exists() and not create:
+            raise StoreError(f"no results database at {self.path}")
+        if self.dir.exists() and not self.dir.is_dir():
+            raise ConfigError(self.dir, None, "results path exists and is not a folder")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not a bisect-lab results database ({e})") from None
+
+    # ------------------------------------------------------------------ schema
+    def _migrate(self):
+        with self._lock:
+            self._db.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has schema version {row[0]}, newer than this bisect-lab "
+                                 f"({SCHEMA_VERSION}); upgrade bisect-lab")
+
+    def close(self):
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ campaigns
+    def create_campaign(self, kind: str, *, experiment: str | None, experiment_name: str | None,
+                        params: dict, campaign_id: str | None = None) -> str:
+        cid = campaign_id or new_campaign_id(kind)
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO campaigns (id, kind, experiment, experiment_name, created, status, params)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (cid, kind, experiment, experiment_name, time.time(), dumps(params)))
+        return cid
+
+    def finish_campaign(self, cid: str, status: str, result: dict | None):
+        with self._lock:
+            self._db.execute("UPDATE campaigns SET status=?, finished=?, result=? WHERE id=?",
+                             (status, time.time(), dumps(result) if result is not None else None, cid))
+
+    def set_campaign_status(self, cid: str, status: str):
+        with self._lock:
+            self._db.execute("UPDATE campaigns SET status=? WHERE id=?", (status, cid))
+
+    def campaign(self, cid: str) -> Campaign:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM campaigns WHERE id=?", (cid,)).fetchone()
+            if row is None:
+                # Accept a unique prefix: ids are long.
+                rows = self._db.execute("SELECT * FROM campaigns WHERE id LIKE ?", (cid + "%",)).fetchall()
+                if len(rows) == 1:
+                    row = rows[0]
+                elif len(rows) > 1:
+                    raise StoreError(f"campaign id {cid!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
+        if row is None:
+            raise StoreError(f"no campaign {cid!r} in {self.path}")
+        return self._campaign(row)
+
+    @staticmethod
+    def _campaign(row) -> Campaign:
+        return Campaign(id=row[0], kind=row[1], experiment=row[2], experiment_name=row[3], created=row[4],
+                        finished=row[5], status=row[6], params=json.loads(row[7] or "{}"),
+                        result=json.loads(row[8]) if row[8] else None)
+
+    def campaigns(self, kind: str | None = None) -> list[Campaign]:
+        q = "SELECT * FROM campaigns" + (" WHERE kind=?" if kind else "") + " ORDER BY created, id"
+        with self._lock:
+            rows = self._db.execute(q, (kind,) if kind else ()).fetchall()
+        return [self._campaign(r) for r in rows]
+
+    def latest_unfinished(self, kind: str, experiment: str | None) -> Campaign | None:
+        for c in reversed(self.campaigns(kind)):
+            if c.status != "done" and (experiment is None or c.experiment == experiment):
+                return c
+        return None
+
+    # ------------------------------------------------------------------ trials
+    def next_trial_index(self, cid: str) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT MAX(trial) FROM trials WHERE campaign=?", (cid,)).fetchone()
+        return 0 if row[0] is None else row[0] + 1
+
+    def add_trial(self, t: TrialResult, *, extra: dict | None = None, fingerprint_data: dict | None = None):
+        """Store one finished trial (and its fingerprint) in one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if t.fingerprint and fingerprint_data is not None:
+                    self._db.execute("INSERT OR IGNORE INTO fingerprints VALUES (?, ?)",
+                                     (t.fingerprint, dumps(fingerprint_data)))
+                self._db.execute(
+                    "INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (t.campaign, t.trial, t.arm, t.status.value, t.host, t.started, t.duration_s,
+                     dumps(dict(t.metrics)), t.error, t.commit, t.tree_hash, t.fingerprint,
+                     dumps(dict(t.env_report)), dumps(list(t.flags)), t.tag, dumps(extra or {})))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def trials(self, cid: str | None = None) -> list[TrialResult]:
+        q = "SELECT * FROM trials" + (" WHERE campaign=?" if cid else "") + " ORDER BY campaign, trial"
+        with self._lock:
+            rows = self._db.execute(q, (cid,) if cid else ()).fetchall()
+        return [self._trial(r) for r in rows]
+
+    def trial_extra(self, cid: str, trial: int) -> dict:
+        with self._lock:
+            row = self._db.execute("SELECT extra FROM trials WHERE campaign=? AND trial=?", (cid, trial)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    @staticmethod
+    def _trial(r) -> TrialResult:
+        try:
+            status = TrialStatus(r[3])
+        except ValueError:
+            status = TrialStatus.CRASHED
+        metrics = {k: (float("nan") if v is None else v) for k, v in json.loads(r[7]).items()}
+        return TrialResult(campaign=r[0], trial=r[1], arm=r[2], status=status, host=r[4], started=r[5],
+                           duration_s=r[6], metrics=metrics, error=r[8], commit=r[9], tree_hash=r[10],
+                           fingerprint=r[11], env_report=json.loads(r[12]), flags=tuple(json.loads(r[13])),
+                           tag=r[14])
+
+    def fingerprint(self, fid: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM fingerprints WHERE id=?", (fid,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # ------------------------------------------------------------------ frames
+    def trials_frame(self, cid: str | None = None):
+        """One row per trial: campaign, trial, arm, status, host, started, ... plus one column per metric."""
+        import pandas as pd
+        rows = []
+        for t in self.trials(cid):
+            row: dict[str, Any] = {
+                "campaign": t.campaign, "trial": t.trial, "arm": t.arm, "status": t.status.value,
+                "host": t.host, "started": pd.Timestamp(t.started, unit="s", tz="UTC"),
+                "duration_s": t.duration_s, "commit": t.commit, "tag": t.tag, "error": t.error,
+                "fingerprint": t.fingerprint, "flags": ",".join(t.flags)}
+            for k, v in t.metrics.items():
+                row[k] = v
+            rows.append(row)
+        cols = ["campaign", "trial", "arm", "status", "host", "started", "duration_s", "commit", "tag",
+                "error", "fingerprint", "flags"]
+        return pd.DataFrame(rows, columns=None if rows else cols)
+
+
+class Results:
+    """What :func:`bisect_lab.load` returns: read access to a results folder."""
+
+    def __init__(self, results_dir: str | os.PathLike):
+        self.store = Store(results_dir, create=False)
+
+    def trials(self, campaign: str | None = None):
+        return self.store.trials_frame(campaign)
+
+    def campaigns(self):
+        import pandas as pd
+        rows = [dict(id=c.id, kind=c.kind, experiment=c.experiment, status=c.status,
+                     created=pd.Timestamp(c.created, unit="s", tz="UTC"),
+                     finished=pd.Timestamp(c.finished, unit="s", tz="UTC") if c.finished else None)
+                for c in self.store.campaigns()]
+        return pd.DataFrame(rows, columns=["id", "kind", "experiment", "status", "created", "finished"])
+
+
+def load(results_dir: str | os.PathLike = "results") -> Results:
+    """Open a results folder for analysis: ``load("results").trials()`` is a pandas DataFrame."""
+    return Results(results_dir)
