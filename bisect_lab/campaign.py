@@ -1,0 +1,200 @@
+"""Campaigns: the plain functions behind ``run``, ``attribute`` and ``bisect`` (layer 5).
+
+The CLI is a thin args-to-kwargs adapter over these (as in asv); the pytest plugin and
+sweeps call them too. They never print: progress and log lines go to callbacks.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .arms import arm_for_active, factors_between, parse_arm
+from .errors import BisectLabError, PatchError, UsageError
+from .hosts import Host
+from .model import Arm, Experiment, TrialResult
+from .runner import Executor, HostWorker, TrialSpec
+from .store import Store
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Session:
+    """An experiment, its results store and its hosts, ready to run a campaign."""
+
+    experiment: Experiment
+    store: Store
+    hosts: list[Host]
+    log: Log = field(default=lambda m: None)
+    on_trial: Callable[[TrialResult], None] | None = None
+    on_plan: Callable[[int], None] | None = None      # an estimate of total trials, updated as it changes
+
+    def __post_init__(self):
+        self.workers = [HostWorker(h, self.experiment, log=self.log) for h in self.hosts]
+
+    def close(self):
+        for w in self.workers:
+            w.close()
+
+    @property
+    def metric(self) -> str:
+        return self.experiment.benchmark.metric
+
+
+def _experiment_key(exp: Experiment) -> str:
+    return str(exp.path) if exp.path else exp.name
+
+
+def open_campaign(session: Session, kind: str, params: dict, resume: str | bool | None) -> tuple[str, bool]:
+    """Create a campaign, or find the one to resume (same experiment, same parameters)."""
+    store, exp = session.store, session.experiment
+    if resume:
+        if resume is True:
+            c = store.latest_unfinished(kind, _experiment_key(exp))
+            if c is None:
+                raise UsageError(f"nothing to resume: no unfinished {kind} campaign of {_experiment_key(exp)} "
+                                 f"in {store.path}")
+        else:
+            c = store.campaign(resume)
+            if c.kind != kind:
+                raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
+        if c.status == "done":
+            raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`")
+        mismatched = {k for k in set(params) | set(c.params) if params.get(k) != c.params.get(k)}
+        if mismatched:
+            k = sorted(mismatched)[0]
+            raise UsageError(f"cannot resume {c.id} with different parameters: {k} was {c.params.get(k)!r}, "
+                             f"now {params.get(k)!r}")
+        store.set_campaign_status(c.id, "running")
+        return c.id, True
+    cid = store.create_campaign(kind, experiment=_experiment_key(exp), experiment_name=exp.name, params=params)
+    return cid, False
+
+
+def preflight(session: Session, arms: list[Arm], commit: str | None = None) -> None:
+    """Prepare the trees of the named arms before spending benchmark time.
+
+    A patch that does not apply to the base ref is a usage error (exit 2), not a
+    failed trial: nothing could ever be measured for that arm.
+    """
+    w = session.workers[0]
+    for arm in arms:
+        session.log(f"preparing tree for {arm.spec!r}")
+        try:
+            w.prepare(TrialSpec(arm, commit))
+        except PatchError as e:
+            raise PatchError(f"arm {arm.spec!r}: {e}", patch=e.patch, file=e.file) from None
+
+
+def _finish(session: Session, cid: str, run: Callable[[], dict]) -> dict:
+    try:
+        result = run()
+    except KeyboardInterrupt:
+        session.store.set_campaign_status(cid, "interrupted")
+        raise
+    except BisectLabError:
+        session.store.set_campaign_status(cid, "failed")
+        raise
+    session.store.finish_campaign(cid, "done", result)
+    return result
+
+
+# --------------------------------------------------------------------------- run
+def balanced_order(arms: list[Arm], repeat: int, seed: int) -> list[Arm]:
+    """``repeat`` rounds; each round holds every arm once, in a seeded random order."""
+    rng = random.Random(seed)
+    order: list[Arm] = []
+    for _ in range(repeat):
+        rnd = list(arms)
+        rng.shuffle(rnd)
+        order.extend(rnd)
+    return order
+
+
+def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
+             resume: str | bool | None = None) -> dict:
+    """Measure arms interleaved in a randomised balanced order; summaries and pairwise comparisons."""
+    from .summaries import run_summary
+    exp = session.experiment
+    arms = []
+    for s in specs:
+        a = parse_arm(s, exp.patchset)
+        if a.spec not in [x.spec for x in arms]:
+            arms.append(a)
+    repeat = repeat or exp.design.repeat
+    warmup = max(0, exp.benchmark.warmup)
+    params = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "warmup": warmup}
+    cid, resumed = open_campaign(session, "run", params, resume)
+    session.campaign = cid
+
+    def go():
+        preflight(session, arms)
+        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
+        order = balanced_order(arms, warmup + repeat, exp.design.seed)
+        nh = len(session.workers)
+        if session.on_plan:
+            session.on_plan(len(order) * nh)
+        # Each host measures the whole balanced sequence: arms are compared within a host only.
+        batch: list[TrialSpec] = []
+        for i, arm in enumerate(order):
+            tag = "warmup" if i < warmup * len(arms) else None
+            batch.extend(TrialSpec(arm, None, tag) for _ in range(nh))
+        step = nh * len(arms)
+        for i in range(0, len(batch), step):
+            ex.run_batch(batch[i:i + step], per_host=True)
+        trials = [t for t in session.store.trials(cid) if t.tag != "warmup"]
+        return run_summary(exp, arms, trials, cid)
+
+    return _finish(session, cid, go)
+
+
+# --------------------------------------------------------------------------- attribute
+def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | bool | None = None,
+              max_trials: int | None = None) -> dict:
+    """Find which factors (patches, env vars) explain the difference between two arms."""
+    from .strategies.attribution import AttributionStrategy
+    from .summaries import attribution_summary
+    exp = session.experiment
+    good = parse_arm(good_spec, exp.patchset)
+    bad = parse_arm(bad_spec, exp.patchset)
+    factors = factors_between(good, bad)
+    if not factors:
+        raise UsageError(f"the good and bad arms are the same configuration ({good.spec!r}): nothing to attribute")
+    d = exp.design
+    budget = max_trials or d.max_trials
+    params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": budget,
+              "min_effect": d.min_effect, "alpha": d.alpha}
+    cid, resumed = open_campaign(session, "attribute", params, resume)
+    session.campaign = cid
+
+    def go():
+        preflight(session, [good, bad])
+        strategy = AttributionStrategy(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
+                                       max_trials=budget, min_effect=d.min_effect, alpha=d.alpha)
+        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
+        if session.on_plan:
+            session.on_plan(budget)
+        arm_of: dict[frozenset, Arm] = {}
+        while not strategy.done:
+            batch = strategy.ask()
+            if not batch:
+                break
+            specs = []
+            for active in batch:
+                if active not in arm_of:
+                    arm_of[active] = arm_for_active(good, bad, frozenset(active), exp.patchset)
+                specs.append(TrialSpec(arm_of[active]))
+            results = ex.run_batch(specs)
+            for active, r in zip(batch, results):
+                v = r.metrics.get(session.metric) if r.ok else None
+                strategy.tell(frozenset(active), v)
+            if session.on_plan:
+                est = getattr(strategy, "estimated_total", None)
+                if callable(est):
+                    session.on_plan(est())
+        verdict = strategy.verdict()
+        trials = session.store.trials(cid)
+        return attribution_summary(exp, good, bad, factors, verdict, trials, cid)
+
+    return _finish(session, cid, go)

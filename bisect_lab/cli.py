@@ -1,0 +1,432 @@
+"""The ``bisect-lab`` command line (DESIGN 3.4): a thin args-to-kwargs adapter.
+
+Only this module (and the other entry points) prints, exits or reads argv. User
+errors become one line on stderr and the exit code of the error; ``--debug`` shows
+the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, BisectLabError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):          # one line, exit 2, like every other user error
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# --------------------------------------------------------------------------- helpers
+def bundled_demo() -> Path:
+    """The demo experiment: packaged copy first, then the source checkout's."""
+    here = Path(__file__).resolve().parent
+    for p in (here / "_bundled" / "experiments" / "demo.toml", here.parent / "experiments" / "demo.toml"):
+        if p.is_file():
+            return p
+    raise UsageError("the bundled demo experiment is missing from this installation; pass an EXPERIMENT file")
+
+
+def _experiment(path: str | None):
+    from .config import load_experiment
+    return load_experiment(Path(path) if path else bundled_demo())
+
+
+def _results(args) -> Path:
+    from .paths import default_results_dir
+    return Path(args.results) if args.results else default_results_dir()
+
+
+def _cache(args) -> Path:
+    from .paths import default_cache_dir
+    return Path(args.cache) if args.cache else default_cache_dir()
+
+
+def _hosts(exp, args):
+    from .hosts import make_hosts
+    return make_hosts(exp.host, cache_dir=_cache(args))
+
+
+class _Progress:
+    """A live bar with ETA on a terminal; one line per trial otherwise (logs, CI)."""
+
+    def __init__(self, quiet: bool, metric: str):
+        from rich.console import Console
+        self.err = Console(stderr=True)
+        self.quiet = quiet
+        self.metric = metric
+        self.done = 0
+        self.total = None
+        self.t0 = time.monotonic()
+        self.bar = None
+        if self.err.is_terminal and not quiet:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("ETA"), TimeRemainingColumn(), console=self.err, transient=True)
+            self.task = self.bar.add_task("trials", total=None)
+            self.bar.start()
+
+    def plan(self, total: int):
+        self.total = total
+        if self.bar:
+            self.bar.update(self.task, total=max(total, self.done))
+
+    def trial(self, r):
+        self.done += 1
+        v = r.metrics.get(self.metric)
+        what = f"{v:.2f} {self.metric}" if r.ok and v is not None else f"{r.status.value}: {r.error[:120]}"
+        if self.bar:
+            self.bar.update(self.task, advance=1, description=f"{r.arm[:40]}: {what[:60]}")
+        elif not self.quiet:
+            elapsed = time.monotonic() - self.t0
+            eta = ""
+            if self.total and self.done < self.total:
+                eta = f", ETA {elapsed / self.done * (self.total - self.done):.0f}s"
+            of = f"/{self.total}" if self.total else ""
+            print(f"[{self.done}{of}{eta}] {r.host} {r.arm}: {what}", file=sys.stderr, flush=True)
+
+    def log(self, msg: str):
+        if not self.quiet:
+            (self.bar.console if self.bar else self.err).print(f"[dim]{msg}[/]", highlight=False)
+
+    def stop(self):
+        if self.bar:
+            self.bar.stop()
+
+
+def _session(args, exp, *, quiet: bool):
+    from .campaign import Session
+    from .store import Store
+    progress = _Progress(quiet=quiet, metric=exp.benchmark.metric)
+    store = Store(_results(args))
+    hosts = _hosts(exp, args)
+    s = Session(exp, store, hosts, log=progress.log, on_trial=progress.trial, on_plan=progress.plan)
+    return s, progress
+
+
+def _emit(args, result: dict, render) -> None:
+    if args.json:
+        print(json.dumps(result, default=str))
+    else:
+        from rich.console import Console
+        render(result, Console())
+
+
+def _resume_hint(session) -> str:
+    cid = getattr(session, "campaign", None)
+    return f"; continue with --resume {cid}" if cid else ""
+
+
+def _with_session(args, exp, body):
+    session, progress = _session(args, exp, quiet=args.json and not sys.stderr.isatty())
+    try:
+        return body(session)
+    except KeyboardInterrupt:
+        progress.stop()
+        print(f"interrupted{_resume_hint(session)}", file=sys.stderr)
+        raise SystemExit(130)
+    finally:
+        progress.stop()
+        session.close()
+        session.store.close()
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_run(args) -> int:
+    from .campaign import run_arms
+    from .render import run_result
+    exp = _experiment(args.experiment)
+    specs = list(args.patches or [])
+    if not specs:
+        specs = ["all", "none"]
+    elif len(specs) == 1 and specs[0].split()[0] != "all":
+        specs = ["all", specs[0]]        # one arm alone compares against the full patch set
+    res = _with_session(args, exp, lambda s: run_arms(s, specs, repeat=args.repeat, resume=args.resume))
+    _emit(args, res, run_result)
+    return EXIT_OK
+
+
+def cmd_attribute(args) -> int:
+    from .campaign import attribute
+    from .render import attribution_result
+    exp = _experiment(args.experiment)
+    res = _with_session(args, exp, lambda s: attribute(s, args.good, args.bad, resume=args.resume,
+                                                        max_trials=args.max_trials))
+    _emit(args, res, attribution_result)
+    return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
+
+
+def cmd_bisect(args) -> int:
+    from .bisection import bisect_commits
+    from .render import bisect_result
+    exp = _experiment(args.experiment)
+    res = _with_session(args, exp, lambda s: bisect_commits(s, args.good, args.bad, arm=args.patches,
+                                                             resume=args.resume, max_trials=args.max_trials))
+    _emit(args, res, bisect_result)
+    return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
+
+
+def cmd_patches(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    if args.action == "capture":
+        from .capture import capture
+        out = capture(args.repo, args.out, split=args.split or [], range=args.range)
+        from .patchset import load_patchset
+        ps = load_patchset(out)
+        if args.json:
+            print(json.dumps({"out": str(out), "patches": [p.name for p in ps.patches]}))
+        else:
+            console.print(f"captured {len(ps.patches)} patch(es) into {out}: {', '.join(ps.names)}")
+        return EXIT_OK
+    exp = _experiment(args.experiment)
+    ps = exp.patchset
+    if ps is None:
+        raise UsageError(f"{exp.path}: [target] has no patches = ... folder")
+    if args.action == "list":
+        if args.json:
+            print(json.dumps([{"name": p.name, "aliases": list(p.aliases), "required": p.required,
+                               "requires": list(p.requires), "files": list(p.files), "added": p.added,
+                               "removed": p.removed, "description": p.description} for p in ps.patches]))
+            return EXIT_OK
+        t = Table(title=f"patch set {ps.root}")
+        for col in ("name", "aliases", "required", "requires", "files", "+/-"):
+            t.add_column(col)
+        for p in ps.patches:
+            t.add_row(p.name, ", ".join(p.aliases), "yes" if p.required else "", ", ".join(p.requires),
+                      "\n".join(p.files), f"+{p.added} -{p.removed}")
+        console.print(t)
+        return EXIT_OK
+    # check
+    from .trees import check_patchset
+    hosts = _hosts(exp, args)
+    try:
+        report = check_patchset(hosts[0], exp.target, ps)
+    finally:
+        for h in hosts:
+            h.close()
+    data = report.to_dict() if hasattr(report, "to_dict") else vars(report)
+    if args.json:
+        print(json.dumps(data, default=str))
+    else:
+        console.print(str(report) if hasattr(report, "__str__") else data)
+    if not report.ok:
+        problems = getattr(report, "problems", None) or []
+        first = problems[0] if problems else "a patch does not apply"
+        raise UsageError(f"patch check failed: {first}")
+    return EXIT_OK
+
+
+def cmd_cache(args) -> int:
+    from .trees import cache_info, prune_cache
+    if args.action == "prune":
+        removed = prune_cache(_cache(args), max_trees=args.max_trees, max_bytes=args.max_bytes,
+                              everything=args.all)
+        print(json.dumps(removed, default=str) if args.json else f"removed {len(removed)} tree(s)")
+        return EXIT_OK
+    info = cache_info(_cache(args))
+    if args.json:
+        print(json.dumps(info, default=str))
+    else:
+        print(f"cache: {_cache(args)}")
+        for k, v in (info.items() if isinstance(info, dict) else []):
+            if not isinstance(v, (list, dict)):
+                print(f"  {k}: {v}")
+        for t in (info.get("trees", []) if isinstance(info, dict) else []):
+            print(f"  tree {t}")
+    return EXIT_OK
+
+
+def cmd_gpu(args) -> int:
+    from .gpu import GpuInspector, reset
+    exp = _experiment(args.experiment) if args.experiment else None
+    if exp is not None:
+        hosts = _hosts(exp, args)
+        policy = exp.gpu
+    else:
+        from .hosts import LocalHost
+        from .model import GpuPolicy
+        hosts, policy = [LocalHost(cache_dir=_cache(args))], GpuPolicy()
+    try:
+        out = {}
+        for h in hosts:
+            if args.action == "status":
+                snap = GpuInspector(h).probe()
+                out[h.name] = snap.to_dict() if hasattr(snap, "to_dict") else vars(snap)
+            else:
+                if args.kill_all:
+                    from dataclasses import replace
+                    policy = replace(policy, kill="all-gpu-processes")
+                res = reset(h, policy, owned_pids=())
+                out[h.name] = res.to_dict() if hasattr(res, "to_dict") else vars(res)
+    finally:
+        for h in hosts:
+            h.close()
+    print(json.dumps(out, indent=None if args.json else 2, default=str))
+    return EXIT_OK
+
+
+def cmd_diff(args) -> int:
+    from .diffing import diff_runs
+    from .store import Store
+    store = Store(_results(args), create=False)
+    res = diff_runs(store, args.a, args.b)
+    if args.json:
+        print(json.dumps(res, default=str))
+    else:
+        from .render_diff import render_diff
+        from rich.console import Console
+        render_diff(res, Console())
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+    from .store import Store
+    store = Store(_results(args), create=False)
+    out = write_report(store, args.what, fmt=args.format, out=args.out)
+    print(out)
+    return EXIT_OK
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweep
+    res = run_sweep(args.sweep, results=_results(args), cache=_cache(args),
+                    bisect_on_regression=args.bisect_on_regression, json_mode=args.json)
+    if args.json:
+        print(json.dumps(res, default=str))
+    else:
+        from .sweep import render_sweep
+        from rich.console import Console
+        render_sweep(res, Console())
+    return EXIT_REGRESSION if res.get("regressions") else EXIT_OK
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="bisect-lab", description="Which patch, commit or env var caused the regression, "
+                                               "by how much, and how sure are we.")
+    p.add_argument("--results", help="results folder (default ./results, env BISECT_LAB_RESULTS)")
+    p.add_argument("--cache", help="clone/tree cache (default user cache dir, env BISECT_LAB_CACHE)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"bisect-lab {__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    def common(sp, experiment=True):
+        if experiment:
+            sp.add_argument("experiment", nargs="?", help="experiment TOML file (default: the bundled demo)")
+        sp.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
+
+    r = sub.add_parser("run", help="measure arms, interleaved; summaries and comparisons")
+    common(r)
+    r.add_argument("--patches", action="append", metavar="ARM", help="arm spec, e.g. 'all-minus topk' (repeatable)")
+    r.add_argument("--repeat", type=int, help="trials per arm (default [design] repeat)")
+    r.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN", help="continue an interrupted campaign")
+    r.set_defaults(func=cmd_run)
+
+    a = sub.add_parser("attribute", help="find which factors explain the difference between two arms")
+    common(a)
+    a.add_argument("--good", required=True, metavar="ARM")
+    a.add_argument("--bad", required=True, metavar="ARM")
+    a.add_argument("--max-trials", type=int, help="budget (default [design] max_trials)")
+    a.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
+    a.set_defaults(func=cmd_attribute)
+
+    b = sub.add_parser("bisect", help="first commit that regressed, with the arm's patches on every commit")
+    common(b)
+    b.add_argument("--good", required=True, metavar="REF")
+    b.add_argument("--bad", required=True, metavar="REF")
+    b.add_argument("--patches", default="none", metavar="ARM", help="patches applied on every commit (default none)")
+    b.add_argument("--max-trials", type=int)
+    b.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
+    b.set_defaults(func=cmd_bisect)
+
+    pa = sub.add_parser("patches", help="list / check / capture patch sets")
+    psub = pa.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    pl = psub.add_parser("list", help="patches of an experiment's patch set")
+    common(pl)
+    pc = psub.add_parser("check", help="does each patch apply, alone and together; which pairs conflict")
+    common(pc)
+    pcap = psub.add_parser("capture", help="turn a checkout's uncommitted changes (or a range) into a patch set")
+    common(pcap, experiment=False)
+    pcap.add_argument("--repo", required=True, help="the checkout (never modified)")
+    pcap.add_argument("--out", required=True, help="patch-set folder to write")
+    pcap.add_argument("--split", action="append", metavar="file|GLOB=NAME", help="group files into patches")
+    pcap.add_argument("--range", metavar="A..B", help="capture commits A..B instead of uncommitted changes")
+    pa.set_defaults(func=cmd_patches)
+
+    c = sub.add_parser("cache", help="show or prune the tree cache")
+    csub = c.add_subparsers(dest="action", parser_class=_Parser)
+    cs = csub.add_parser("show")
+    common(cs, experiment=False)
+    cp = csub.add_parser("prune")
+    common(cp, experiment=False)
+    cp.add_argument("--max-trees", type=int, default=None)
+    cp.add_argument("--max-bytes", type=int, default=None)
+    cp.add_argument("--all", action="store_true", help="remove every cached tree")
+    c.set_defaults(func=cmd_cache, action="show", json=False)
+
+    g = sub.add_parser("gpu", help="GPU status / reset of a host")
+    gsub = g.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    gs = gsub.add_parser("status")
+    common(gs)
+    gr = gsub.add_parser("reset", help="kill GPU processes bisect-lab started (or all, with --kill-all) and wait idle")
+    common(gr)
+    gr.add_argument("--kill-all", action="store_true", help="also kill GPU processes bisect-lab did not start (logged)")
+    g.set_defaults(func=cmd_gpu)
+
+    d = sub.add_parser("diff", help="what differed between two trials or campaigns (fingerprint, config)")
+    d.add_argument("a", help="CAMPAIGN or CAMPAIGN:TRIAL")
+    d.add_argument("b", help="CAMPAIGN or CAMPAIGN:TRIAL")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_diff)
+
+    rp = sub.add_parser("report", help="Markdown or HTML report of a campaign or sweep")
+    rp.add_argument("what", help="campaign id or sweep name")
+    rp.add_argument("--format", choices=["md", "html"], default="md")
+    rp.add_argument("--out", help="output file (default: under the results folder)")
+    rp.set_defaults(func=cmd_report)
+
+    sw = sub.add_parser("sweep", help="nightly regression sweep over a matrix of arms")
+    sw.add_argument("sweep", help="sweep TOML file")
+    sw.add_argument("--json", action="store_true")
+    sw.add_argument("--bisect-on-regression", action="store_true")
+    sw.set_defaults(func=cmd_sweep)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv or bool(os.environ.get("BISECT_LAB_DEBUG"))
+    try:
+        args = build_parser().parse_args(argv)
+        if not getattr(args, "func", None):
+            build_parser().print_help(sys.stderr)
+            return EXIT_USAGE
+        return args.func(args)
+    except BisectLabError as e:
+        if debug:
+            raise
+        msg = " ".join(str(e).split("\n")[:1]) if not isinstance(e, _multi_line_errors()) else str(e)
+        print(f"bisect-lab: error: {msg}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def _multi_line_errors():
+    from .errors import NoMeasurementError
+    return (NoMeasurementError,)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

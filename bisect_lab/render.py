@@ -1,0 +1,106 @@
+"""Human-readable output of campaign results (layer 6). Only entry points call this."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _pct(r):
+    return "-" if r is None else f"{(r - 1) * 100:+.1f}%"
+
+
+def _num(x, fmt="{:.2f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def run_result(res: dict, console: Console) -> None:
+    metric = res["metric"]
+    t = Table(title=f"{res['experiment']}: {metric} ({'higher' if res['higher_is_better'] else 'lower'} is better)"
+              f" — campaign {res['campaign']}")
+    for col in ("arm", "n", "median", "mean", "CV", "95% CI", "failed"):
+        t.add_column(col, justify="left" if col == "arm" else "right")
+    for a in res["arms"]:
+        ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
+        t.add_row(a["arm"], str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
+                  "-" if a.get("cv") is None else f"{a['cv'] * 100:.1f}%", ci,
+                  str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))
+    console.print(t)
+    if res["comparisons"]:
+        c = Table(title="Pairwise comparisons (b relative to a)")
+        for col in ("a", "b", "host", "ratio", "95% CI", "verdict"):
+            c.add_column(col)
+        for r in res["comparisons"]:
+            ci = "-" if r.get("ci_low") is None else f"{_pct(r['ci_low'])} .. {_pct(r['ci_high'])}"
+            verdict = r["verdict"]
+            if r.get("regression"):
+                verdict = "[bold red]different (regression)[/]"
+            elif verdict == "different":
+                verdict = "[green]different (improvement)[/]"
+            elif verdict == "unknown" and r.get("plan_per_arm"):
+                verdict += f" (about {r['plan_per_arm']} trials per arm would resolve it)"
+            c.add_row(r["a"], r["b"], r["host"], _pct(r.get("ratio")), ci, verdict)
+        console.print(c)
+    _warnings(res, console)
+
+
+def _warnings(res: dict, console: Console) -> None:
+    env = res.get("env_propagation", {}).get("vars", [])
+    if env:
+        t = Table(title="Env vars in the benchmark's processes")
+        for col in ("var", "expected", "reached", "arms"):
+            t.add_column(col)
+        for v in env:
+            style = "" if v["matched"] == v["total"] else "[yellow]"
+            t.add_row(v["var"], "(unset)" if v.get("expected") is None else str(v["expected"]),
+                      f"{style}{v['matched']} of {v['total']} processes", ", ".join(v.get("arms", []))[:80])
+        console.print(t)
+    for w in res.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def attribution_result(res: dict, console: Console) -> None:
+    status = res["status"]
+    color = {"culprits": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
+    console.print(f"[{color}]{status}[/]: good = {res['good']!r}, bad = {res['bad']!r}, "
+                  f"metric {res['metric']}, {res['trials']} trials (campaign {res['campaign']})")
+    reg = res.get("regression")
+    if isinstance(reg, dict) and reg.get("ratio") is not None:
+        console.print(f"regression (bad vs good): {_pct(reg['ratio'])} "
+                      f"[{_pct(reg.get('ci_low'))} .. {_pct(reg.get('ci_high'))}]")
+    effects = res.get("effects") or []
+    if effects:
+        t = Table(title="Culprits and effects")
+        for col in ("factor", "effect", "95% CI", "share of regression"):
+            t.add_column(col)
+        for e in effects:
+            share = e.get("share")
+            t.add_row(str(e.get("name") or e.get("factor")), _pct(e.get("ratio")),
+                      f"{_pct(e.get('ci_low'))} .. {_pct(e.get('ci_high'))}",
+                      "-" if share is None else f"{share * 100:.0f}%")
+        console.print(t)
+    for it in res.get("interactions") or []:
+        names = it.get("factors") or it.get("names")
+        console.print(f"interaction: {' x '.join(names) if names else it} "
+                      + (f"effect {_pct(it.get('ratio'))}" if it.get("ratio") else ""))
+    if res.get("plan"):
+        console.print(f"planning: {res['plan']}")
+    _warnings(res, console)
+
+
+def bisect_result(res: dict, console: Console) -> None:
+    status = res["status"]
+    color = {"culprit": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
+    console.print(f"[{color}]{status}[/] ({res['trials']} trials, campaign {res['campaign']})")
+    c = res.get("commit_info") or {}
+    if res.get("commit"):
+        console.print(f"first bad commit: {res['commit']}")
+        if c:
+            console.print(f"  {c.get('subject', '')}\n  {c.get('author', '')}  {c.get('date', '')}")
+        if res.get("posterior") is not None:
+            console.print(f"  posterior mass on it: {res['posterior']:.3f}")
+    eff = res.get("effect") or {}
+    if eff.get("ratio") is not None:
+        console.print(f"  effect: {_pct(eff['ratio'])} [{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}]")
+    if res.get("range"):
+        console.print(f"candidate range: {', '.join(x[:12] for x in res['range'])}")
+    _warnings(res, console)

@@ -1,0 +1,341 @@
+"""Executes trials (DESIGN 4, layer 5).
+
+A trial: prepare tree -> import check -> GPU hygiene -> run benchmark (timeout; the
+whole process tree is killed on timeout or Ctrl-C) -> parse metrics -> fingerprint ->
+store. Every trial is stored as soon as it finishes; failures are stored with their
+kind and never count as measurements.
+"""
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import BisectLabError, HostError, PatchError
+from .hosts.base import Host
+from .model import Arm, Experiment, TrialResult, TrialStatus
+
+Log = Callable[[str], None]
+
+_ENV_SAMPLE_S = 0.2
+
+
+def _tail(text: str, lines: int = 20, chars: int = 2000) -> str:
+    out = "\n".join(text.strip().splitlines()[-lines:])
+    return out[-chars:]
+
+
+def _one_line(text: str) -> str:
+    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What to measure: an arm, optionally on another base commit (bisection, sweeps)."""
+
+    arm: Arm
+    commit: str | None = None
+    tag: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.arm.spec, self.commit)
+
+
+@dataclass
+class TrialOutcome:
+    result: TrialResult
+    extra: dict = field(default_factory=dict)
+    fingerprint_data: dict | None = None
+
+
+class HostWorker:
+    """Runs trials on one host; owns that host's tree manager and caches."""
+
+    def __init__(self, host: Host, experiment: Experiment, *, log: Log | None = None):
+        from .trees import TreeManager
+        self.host = host
+        self.exp = experiment
+        self.log = log or (lambda msg: None)
+        self.trees = TreeManager(host, experiment.target, experiment.patchset, log=self.log)
+        self.owned_pids: set[int] = set()
+        self._base_commit: str | None = None
+        self._import_ok: dict[tuple, tuple[bool, str]] = {}
+        self._fp_cache = None
+        self._gpu = None
+
+    # -- lazily created, so that a host with no GPU or an unreachable host fails in a trial, not here
+    @property
+    def base_commit(self) -> str:
+        if self._base_commit is None:
+            self._base_commit = self.trees.resolve(self.exp.target.ref)
+        return self._base_commit
+
+    def prepare(self, spec: TrialSpec):
+        return self.trees.prepare(sorted(spec.arm.patches), commit=spec.commit or self.base_commit)
+
+    def trial_env(self, arm: Arm, tree) -> dict[str, str | None]:
+        env: dict[str, str | None] = dict(self.exp.env)
+        env.update(arm.env_dict)
+        pp = self.trees.pythonpath_env(tree, env)
+        env.update(pp)
+        return env
+
+    def expected_env(self, arm: Arm) -> dict[str, str | None]:
+        env: dict[str, str | None] = dict(self.exp.env)
+        env.update(arm.env_dict)
+        return env
+
+    def run(self, spec: TrialSpec, campaign: str, index: int) -> TrialOutcome:
+        started = time.time()
+        t0 = time.monotonic()
+        arm = spec.arm
+        commit = None
+        tree_hash = None
+
+        def fail(status: TrialStatus, error: str, extra: dict | None = None) -> TrialOutcome:
+            return TrialOutcome(TrialResult(
+                campaign=campaign, trial=index, arm=arm.spec, status=status, host=self.host.name,
+                started=started, duration_s=time.monotonic() - t0, error=error, commit=commit,
+                tree_hash=tree_hash, tag=spec.tag), extra or {})
+
+        try:
+            commit = spec.commit or self.base_commit
+            from .trees import BuildError
+            try:
+                tree = self.prepare(spec)
+            except BuildError as e:
+                return fail(TrialStatus.BUILD_FAILED, str(e))
+            except PatchError as e:
+                return fail(TrialStatus.APPLY_FAILED, str(e))
+            tree_hash = tree.tree_hash
+            env = self.trial_env(arm, tree)
+            if self.exp.target.import_check:
+                key = (tree.key, tuple(sorted((k, v or "") for k, v in env.items())))
+                if key not in self._import_ok:
+                    self._import_ok[key] = self.trees.import_check(tree, env)
+                ok, msg = self._import_ok[key]
+                if not ok:
+                    return fail(TrialStatus.IMPORT_CHECK_FAILED, msg)
+            out_dir = f"{self.host.cache_root()}/out/{campaign}/{index}"
+            self.host.run(["mkdir", "-p", out_dir], timeout_s=30).check("creating the trial's output folder")
+
+            gpu_before = None
+            extra: dict = {}
+            if self.exp.gpu.enabled:
+                from .gpu import wait_idle
+                idle = wait_idle(self.host, self.exp.gpu, owned_pids=self.owned_pids, log=self.log)
+                gpu_before = getattr(idle, "snapshot", None)
+                if getattr(idle, "killed", None):
+                    extra["killed"] = [k if isinstance(k, dict) else getattr(k, "__dict__", str(k)) for k in idle.killed]
+                if not idle.ok:
+                    return fail(TrialStatus.GPU_NOT_IDLE, idle.reason, extra)
+
+            command = (self.exp.benchmark.command
+                       .replace("{tree}", shlex.quote(tree.path))
+                       .replace("{out}", shlex.quote(out_dir)))
+            from .envcheck import EnvSampler
+            sampler = EnvSampler(self.host, self.expected_env(arm))
+            bench_t0 = time.monotonic()
+            proc = self.host.spawn(command, cwd=tree.path, env=env)
+            self.owned_pids.add(proc.pid)
+            deadline = bench_t0 + self.exp.benchmark.timeout_s
+            rc = None
+            timed_out = False
+            try:
+                while True:
+                    rc = proc.wait(_ENV_SAMPLE_S)
+                    if rc is not None:
+                        break
+                    pids = proc.descendants()
+                    self.owned_pids.update(pids)
+                    try:
+                        sampler.sample(pids)
+                    except HostError:
+                        pass     # a missed sample is not a failed trial
+                    if time.monotonic() > deadline:
+                        killed = proc.kill_tree()
+                        extra["killed"] = [vars(k) for k in killed]
+                        timed_out = True
+                        break
+            except BaseException:
+                proc.kill_tree()      # Ctrl-C: never leave workers holding the GPU
+                raise
+            bench_s = time.monotonic() - bench_t0
+            stdout, stderr = proc.output()
+            extra["benchmark_s"] = bench_s
+            env_report = sampler.report()
+            extra["stdout_tail"] = _tail(stdout, 40)
+            extra["stderr_tail"] = _tail(stderr, 40)
+            er = env_report.to_dict()
+            if timed_out:
+                o = fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s: "
+                         f"{_one_line(stderr) or _one_line(stdout)}", extra)
+                return TrialOutcome(_replace(o.result, env_report=er), extra)
+            if rc != 0:
+                msg = f"benchmark exited with {rc}: " + (_one_line(stderr) or _one_line(stdout) or "(no output)")
+                o = fail(TrialStatus.CRASHED, msg, extra)
+                return TrialOutcome(_replace(o.result, env_report=er), extra)
+            from .parsers import ParseError, parse
+            try:
+                metrics = parse(self.exp.benchmark.parser, stdout, stderr, out_dir=out_dir if self.host.is_local else None,
+                                patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric)
+            except ParseError as e:
+                o = fail(TrialStatus.PARSE_ERROR, f"{e}", extra)
+                return TrialOutcome(_replace(o.result, env_report=er), extra)
+
+            fp_id, fp_data, flags = self._fingerprint(tree, env, gpu_before, extra)
+            result = TrialResult(
+                campaign=campaign, trial=index, arm=arm.spec, status=TrialStatus.OK, host=self.host.name,
+                started=started, duration_s=time.monotonic() - t0, metrics=metrics, commit=commit,
+                tree_hash=tree_hash, fingerprint=fp_id, env_report=er, flags=tuple(flags), tag=spec.tag)
+            return TrialOutcome(result, extra, fp_data)
+        except HostError as e:
+            return fail(TrialStatus.HOST_ERROR, str(e))
+
+    def _fingerprint(self, tree, env, gpu_before, extra) -> tuple[str | None, dict | None, list[str]]:
+        from . import fingerprint as fpmod
+        if self._fp_cache is None:
+            self._fp_cache = fpmod.FingerprintCache()
+        fp = fpmod.collect(self.host, tree_hash=tree.tree_hash, patch_hashes=tree.patch_hashes,
+                           env={k: v for k, v in env.items() if v is not None}, gpu=gpu_before,
+                           cache=self._fp_cache)
+        flags = list(getattr(fp, "flags", ()) or ())
+        return fp.id, fp.to_dict(), flags
+
+    def close(self):
+        self.host.close()
+
+
+def _replace(result: TrialResult, **kw) -> TrialResult:
+    from dataclasses import replace
+    return replace(result, **kw)
+
+
+# --------------------------------------------------------------------------- executor
+class Executor:
+    """Runs batches of trial specs on a pool of hosts (one trial at a time per host).
+
+    Replays stored trials first (resume); retries infrastructure failures a bounded
+    number of times; stores every attempt the moment it finishes; stops the campaign
+    with :class:`NoMeasurementError` when the benchmark fails on every try.
+    """
+
+    def __init__(self, experiment: Experiment, store, campaign: str, workers: list[HostWorker], *,
+                 on_trial: Callable[[TrialResult], None] | None = None, log: Log | None = None,
+                 fail_fast_after: int = 3):
+        self.exp = experiment
+        self.store = store
+        self.campaign = campaign
+        self.workers = workers
+        self.on_trial = on_trial or (lambda r: None)
+        self.log = log or (lambda m: None)
+        self.fail_fast_after = fail_fast_after
+        self._next_index = store.next_trial_index(campaign)
+        self._replay: dict[tuple, list[TrialResult]] = {}
+        for t in store.trials(campaign):
+            self._replay.setdefault((t.arm, t.commit), []).append(t)
+        self._lock = threading.Lock()
+        self.measured = 0          # trials run in this invocation
+        self.replayed = 0
+        self._ok_seen = False
+        self._failures: list[TrialResult] = []
+
+    @property
+    def trials_total(self) -> int:
+        return self.measured + self.replayed
+
+    def _replay_pop(self, spec: TrialSpec) -> TrialResult | None:
+        q = self._replay.get(spec.key)
+        return q.pop(0) if q else None
+
+    def _take_index(self) -> int:
+        with self._lock:
+            i = self._next_index
+            self._next_index += 1
+            return i
+
+    def _attempt(self, worker: HostWorker, spec: TrialSpec) -> TrialResult:
+        retries = max(0, self.exp.design.retries)
+        for attempt in range(retries + 1):
+            stored = self._replay_pop(spec)
+            if stored is not None:
+                self.replayed += 1
+                result = stored
+            else:
+                out = worker.run(spec, self.campaign, self._take_index())
+                self.store.add_trial(out.result, extra=out.extra, fingerprint_data=out.fingerprint_data)
+                self.measured += 1
+                result = out.result
+                self.on_trial(result)
+            if not result.status.is_infrastructure:
+                break
+            self.log(f"{result.host}: {result.status.value} ({result.error}); "
+                     f"{'retrying' if attempt < retries else 'giving up'}")
+        self._check_fail_fast(result)
+        return result
+
+    def _check_fail_fast(self, result: TrialResult):
+        from .errors import NoMeasurementError
+        with self._lock:
+            if result.ok:
+                self._ok_seen = True
+                return
+            if result.status.is_untestable:
+                return
+            self._failures.append(result)
+            if not self._ok_seen and len(self._failures) >= self.fail_fast_after:
+                kinds = {f.status.value for f in self._failures}
+                last = self._failures[-1]
+                raise NoMeasurementError(
+                    f"no measurement could be made: the benchmark failed on every try "
+                    f"({len(self._failures)} tries, {', '.join(sorted(kinds))}); last error: {last.error}")
+
+    def run_batch(self, specs: list[TrialSpec], *, per_host: bool = False) -> list[TrialResult]:
+        """Measure ``specs``; results come back in the order of ``specs``.
+
+        With several hosts, specs are spread over them (one trial at a time per host).
+        ``per_host=True`` pins ``specs[i]`` to worker ``i % len(workers)``.
+        """
+        # Stored trials carry the resolved commit: resolve the base ref so replay keys match.
+        specs = [s if s.commit else TrialSpec(s.arm, self.workers[0].base_commit, s.tag) for s in specs]
+        if len(self.workers) == 1 or len(specs) == 1:
+            w = self.workers[0]
+            return [self._attempt(w, s) for s in specs]
+        results: list[TrialResult | None] = [None] * len(specs)
+        errors: list[BaseException] = []
+        queue = list(enumerate(specs))
+        qlock = threading.Lock()
+
+        def work(wi: int, worker: HostWorker):
+            while True:
+                with qlock:
+                    if errors:
+                        return
+                    pick = None
+                    for j, (i, s) in enumerate(queue):
+                        if not per_host or i % len(self.workers) == wi:
+                            pick = queue.pop(j)
+                            break
+                    if pick is None:
+                        return
+                i, s = pick
+                try:
+                    results[i] = self._attempt(worker, s)
+                except BaseException as e:   # surfaced in the caller's thread
+                    with qlock:
+                        errors.append(e)
+                    return
+
+        threads = [threading.Thread(target=work, args=(wi, w), daemon=True) for wi, w in enumerate(self.workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+        if errors:
+            raise errors[0]
+        return [r for r in results if r is not None]

@@ -1,0 +1,139 @@
+"""Campaign results as plain, JSON-able dicts (the ``--json`` contract of DESIGN 3.4).
+
+Pure functions over stored trials and verdicts; the CLI renders them for people.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+from .model import Arm, Experiment, TrialResult
+
+
+def _finite(x):
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def values_by(trials: list[TrialResult], metric: str, key=lambda t: t.arm) -> dict:
+    out: dict = defaultdict(list)
+    for t in trials:
+        if t.ok and _finite(t.metrics.get(metric)) is not None:
+            out[key(t)].append(float(t.metrics[metric]))
+    return out
+
+
+def failures_by_arm(trials: list[TrialResult]) -> dict[str, dict[str, int]]:
+    out: dict = defaultdict(lambda: defaultdict(int))
+    for t in trials:
+        if not t.ok:
+            out[t.arm][t.status.value] += 1
+    return {a: dict(v) for a, v in out.items()}
+
+
+def env_propagation(trials: list[TrialResult]) -> dict:
+    """Per env var, over every trial: in how many benchmark processes it had the expected value."""
+    agg: dict[str, dict] = {}
+    for t in trials:
+        for entry in (t.env_report or {}).get("vars", []):
+            var = entry.get("var")
+            a = agg.setdefault(var, {"var": var, "expected": entry.get("expected"), "matched": 0, "total": 0,
+                                     "trials": 0, "trials_incomplete": 0, "arms": set()})
+            a["matched"] += int(entry.get("matched", 0))
+            a["total"] += int(entry.get("total", 0))
+            a["trials"] += 1
+            a["arms"].add(t.arm)
+            if entry.get("matched", 0) < entry.get("total", 0):
+                a["trials_incomplete"] += 1
+    for a in agg.values():
+        a["arms"] = sorted(a["arms"])
+    return {"vars": sorted(agg.values(), key=lambda a: a["var"])}
+
+
+def env_warnings(trials: list[TrialResult]) -> list[str]:
+    seen: dict[str, str] = {}
+    for t in trials:
+        for w in (t.env_report or {}).get("warnings", []):
+            # One line per var and arm: the same miss repeats on every trial.
+            seen.setdefault(f"{t.arm}|{w.split(' reached')[0]}", f"[{t.arm}] {w}")
+    return list(seen.values())
+
+
+def flag_warnings(trials: list[TrialResult]) -> list[str]:
+    counts: dict[str, int] = defaultdict(int)
+    for t in trials:
+        for f in t.flags:
+            counts[f] += 1
+    return [f"{n} trial(s) flagged {f!r} (GPU clocks or throttle state off the campaign's norm)"
+            for f, n in sorted(counts.items())]
+
+
+def run_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], campaign: str) -> dict:
+    """Per-arm summaries and pairwise comparisons, blocked by host."""
+    from .stats import compare, plan_trials, summarize
+    metric = exp.benchmark.metric
+    hosts = sorted({t.host for t in trials}) or ["local"]
+    out_arms = []
+    fails = failures_by_arm(trials)
+    for arm in arms:
+        vals = [float(t.metrics[metric]) for t in trials
+                if t.arm == arm.spec and t.ok and _finite(t.metrics.get(metric)) is not None]
+        row = {"arm": arm.spec, "n": len(vals), "failed": sum(fails.get(arm.spec, {}).values()),
+               "failures": fails.get(arm.spec, {})}
+        if vals:
+            s = summarize(vals)
+            row.update(median=s.median, mean=s.mean, cv=s.cv, ci_low=s.ci_low, ci_high=s.ci_high,
+                       min=min(vals), max=max(vals))
+        else:
+            row.update(median=None, mean=None, cv=None, ci_low=None, ci_high=None)
+        out_arms.append(row)
+    comparisons = []
+    for a, b in itertools.combinations(arms, 2):
+        for host in hosts:
+            va = [float(t.metrics[metric]) for t in trials if t.arm == a.spec and t.host == host and t.ok
+                  and _finite(t.metrics.get(metric)) is not None]
+            vb = [float(t.metrics[metric]) for t in trials if t.arm == b.spec and t.host == host and t.ok
+                  and _finite(t.metrics.get(metric)) is not None]
+            row = {"a": a.spec, "b": b.spec, "host": host, "n_a": len(va), "n_b": len(vb)}
+            if len(va) >= 2 and len(vb) >= 2:
+                c = compare(va, vb, higher_is_better=exp.benchmark.higher_is_better,
+                            min_effect=exp.design.min_effect, alpha=exp.design.alpha)
+                row.update(ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high, p_value=c.p_value,
+                           verdict=c.verdict, regression=bool(c.regression))
+                if c.verdict == "unknown":
+                    try:
+                        row["plan_per_arm"] = int(plan_trials(va + vb, min_effect=exp.design.min_effect,
+                                                              alpha=exp.design.alpha))
+                    except Exception:
+                        pass
+            else:
+                row.update(ratio=None, ci_low=None, ci_high=None, p_value=None, verdict="unknown",
+                           regression=False)
+            comparisons.append(row)
+    return {"campaign": campaign, "experiment": exp.name, "metric": metric,
+            "higher_is_better": exp.benchmark.higher_is_better, "hosts": hosts,
+            "arms": out_arms, "comparisons": comparisons, "trials": len(trials),
+            "env_propagation": env_propagation(trials),
+            "warnings": env_warnings(trials) + flag_warnings(trials)}
+
+
+def attribution_summary(exp: Experiment, good: Arm, bad: Arm, factors: list[str], verdict,
+                        trials: list[TrialResult], campaign: str) -> dict:
+    d = verdict.to_dict() if hasattr(verdict, "to_dict") else dict(vars(verdict))
+    d = dict(d)
+    d["status"] = verdict.status
+    d["culprits"] = sorted(verdict.culprits)
+    d["trials"] = len(trials)
+    d["measurements"] = verdict.trials
+    d["failed_trials"] = sum(1 for t in trials if not t.ok)
+    d["campaign"] = campaign
+    d["good"] = good.spec
+    d["bad"] = bad.spec
+    d["factors"] = factors
+    d["metric"] = exp.benchmark.metric
+    d["env_propagation"] = env_propagation(trials)
+    d["warnings"] = list(d.get("warnings", [])) + env_warnings(trials) + flag_warnings(trials)
+    return d
