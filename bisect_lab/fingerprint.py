@@ -113,6 +113,24 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(_clean(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+# Measurements that move from trial to trial under identical configuration.
+READINGS = ("host.loadavg", "gpu.*.memory.used_mb", "gpu.*.utilization", "gpu.*.temperature_c",
+            "gpu.*.clocks.sm", "gpu.*.clocks.mem", "gpu.*.power.draw_w", "gpu.*.throttle",
+            "gpu.*.processes")
+
+
+def stable_content(content: Mapping[str, Any]) -> dict[str, Any]:
+    """``content`` without the :data:`READINGS` paths."""
+    def strip(obj: Any, path: str) -> Any:
+        if isinstance(obj, Mapping):
+            return {k: strip(v, f"{path}.{k}" if path else str(k)) for k, v in obj.items()
+                    if not any(fnmatch.fnmatchcase(f"{path}.{k}" if path else str(k), p) for p in READINGS)}
+        if isinstance(obj, (list, tuple)):
+            return [strip(v, f"{path}.{i}") for i, v in enumerate(obj)]
+        return obj
+    return strip(_clean(content), "")
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """A trial's environment. ``content`` is hashed; ``taken_at`` and ``meta`` (timings) are not."""
@@ -125,6 +143,13 @@ class Fingerprint:
     def id(self) -> str:
         """Content address: sha256 of the canonical JSON of ``content``."""
         return hashlib.sha256(canonical_json(self.content).encode()).hexdigest()
+
+    @property
+    def stable_id(self) -> str:
+        """sha256 of the content without :data:`READINGS` (load, temperatures, power, current
+        clocks, throttle, utilisation, memory used, processes): equal for trials run under the
+        same configuration, so stores can deduplicate the bulky part and group trials by it."""
+        return hashlib.sha256(canonical_json(stable_content(self.content)).encode()).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         """Flat dict: content keys plus ``id``, ``taken_at``, ``meta`` (what :func:`diff` takes)."""

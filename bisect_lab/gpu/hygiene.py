@@ -45,6 +45,12 @@ class IdleResult:
     def ok(self) -> bool:
         return self.status in ("ok", "no-gpu")
 
+    def to_dict(self) -> dict:
+        """JSON-able form (``gpu reset --json``, the trial's stored extras)."""
+        return {"status": self.status, "ok": self.ok, "reason": self.reason, "waited_s": self.waited_s,
+                "polls": self.polls, "killed": [{"pid": k.pid, "cmdline": k.cmdline} for k in self.killed],
+                "snapshot": self.snapshot.to_dict() if self.snapshot else None}
+
     @property
     def trial_status(self) -> TrialStatus | None:
         """``TrialStatus.GPU_NOT_IDLE`` when the trial must not be measured, else None."""
@@ -79,7 +85,8 @@ def _selected(snap: GpuSnapshot, policy: GpuPolicy) -> tuple[GpuInfo, ...]:
 
 def kill_gpu_process(host: Host, p: GpuProcess, log: Log, why: str) -> KilledProcess | None:
     """``kill -9`` one pid through the host; log pid and command line."""
-    r = host.run(["kill", "-9", str(int(p.pid))], timeout_s=15)
+    # A shell string (bash's builtin kill, quoted) behaves the same on local and SSH hosts.
+    r = host.run(shlex.join(["kill", "-9", str(int(p.pid))]), timeout_s=15)
     if r.ok:
         log(f"killed pid {p.pid} on {host.name} ({why}): {p.cmdline or '<cmdline not visible>'}")
         return KilledProcess(p.pid, p.cmdline or "")
@@ -180,7 +187,8 @@ def lock_clocks(host: Host, policy: GpuPolicy, *, log: Log | None = None, timeou
         return False
     mhz = int(policy.lock_clocks_mhz)
     argv = ["nvidia-smi", *_devices_arg(policy), "-lgc", f"{mhz},{mhz}"]
-    r = host.run(argv, timeout_s=timeout_s)
+    # Through bash so a missing nvidia-smi is exit 127 here as on an SSH host, not an OSError.
+    r = host.run(shlex.join(argv), timeout_s=timeout_s)
     if not r.ok:
         raise GpuError(f"[gpu] lock_clocks_mhz = {mhz}: {shlex.join(argv)} failed on {host.name}: "
                        f"{(r.stderr or r.stdout).strip()[-200:] or 'timed out'}")
@@ -193,7 +201,7 @@ def unlock_clocks(host: Host, policy: GpuPolicy, *, log: Log | None = None, time
     if policy.lock_clocks_mhz is None:
         return False
     argv = ["nvidia-smi", *_devices_arg(policy), "-rgc"]
-    r = host.run(argv, timeout_s=timeout_s)
+    r = host.run(shlex.join(argv), timeout_s=timeout_s)
     (log or _log.info)(f"unlocked SM clocks on {host.name}" if r.ok else
                        f"could not unlock clocks on {host.name}: {(r.stderr or r.stdout).strip()[-200:]}")
     return r.ok

@@ -111,6 +111,8 @@ class GpuInfo:
             for p in procs)
         mask = d.get("throttle_mask")
         reasons = d.get("throttle_reasons")
+        if isinstance(reasons, int):           # a bitmask where names were expected
+            mask, reasons = reasons if mask is None else mask, None
         if reasons is None and mask is not None:
             reasons = decode_throttle(mask)
         known["throttle_reasons"] = tuple(reasons or ())
