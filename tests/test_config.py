@@ -1,0 +1,113 @@
+"""Experiment files (DESIGN 3.1): loading, relative paths, precise errors."""
+import textwrap
+
+import pytest
+
+from bisect_lab.config import load_experiment
+from bisect_lab.errors import ConfigError
+
+
+def write(tmp_path, body, name="exp.toml"):
+    (tmp_path / "repo").mkdir(exist_ok=True)
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+BASE = """
+[target]
+repo = "repo"
+ref = "main"
+[benchmark]
+command = "python bench.py --out {out}"
+"""
+
+
+def test_minimal_experiment_and_defaults(tmp_path):
+    e = load_experiment(write(tmp_path, BASE))
+    assert e.target.repo == str((tmp_path / "repo").resolve())
+    assert e.target.ref == "main" and e.benchmark.timeout_s == 600.0
+    assert e.benchmark.parser == "sglang-bench-serving" and e.benchmark.metric == "output_throughput"
+    assert e.benchmark.higher_is_better is True and e.design.seed == 0 and e.design.max_trials == 200
+    assert e.host.is_local and e.patchset is None and e.name == "exp"
+
+
+def test_full_experiment(tmp_path):
+    pdir = tmp_path / "patches"
+    pdir.mkdir()
+    (pdir / "x.patch").write_text("--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n")
+    (pdir / "patchset.toml").write_text('[[patch]]\nname = "x"\nfile = "x.patch"\n')
+    e = load_experiment(write(tmp_path, """
+        [target]
+        repo = "https://example.invalid/sglang.git"
+        patches = "patches"
+        pythonpath = ["python"]
+        import_check = "sglang"
+        build = "pip install -e python --no-deps"
+        [benchmark]
+        command = "x"
+        timeout_s = 30
+        parser = "regex"
+        metric = "tok"
+        higher_is_better = false
+        [benchmark.patterns]
+        tok = 'tok: ([0-9.]+)'
+        [env]
+        NCCL_P2P_LEVEL = "SYS"
+        N = 3
+        [host]
+        ssh = ["gpu1", "gpu2"]
+        connect_timeout_s = 5
+        [gpu]
+        devices = [0, 1]
+        kill = "all-gpu-processes"
+        [design]
+        seed = 7
+        max_trials = 40
+        min_effect = 0.05
+    """))
+    assert e.target.repo.startswith("https://") and e.patchset.names == ("x",)
+    assert e.target.pythonpath == ("python",) and e.target.import_check == "sglang"
+    assert e.benchmark.patterns == (("tok", "tok: ([0-9.]+)"),) and e.benchmark.timeout_s == 30.0
+    assert e.env_dict == {"NCCL_P2P_LEVEL": "SYS", "N": "3"}
+    assert e.host.ssh == ("gpu1", "gpu2") and e.gpu.devices == (0, 1) and e.gpu.kill == "all-gpu-processes"
+    assert (e.design.seed, e.design.max_trials, e.design.min_effect) == (7, 40, 0.05)
+
+
+@pytest.mark.parametrize("body, key, words", [
+    ("[target\nrepo=1", None, "malformed TOML"),
+    ("[benchmark]\ncommand='x'\n", "target", "missing table"),
+    ("[target]\nrepo='nope'\n[benchmark]\ncommand='x'\n", "target.repo", "does not exist"),
+    (BASE + "timout_s = 3\n", "benchmark.timout_s", "did you mean 'timeout_s'"),
+    (BASE.replace('command = "python bench.py --out {out}"', "timeout_s = 3"), "benchmark.command", "missing"),
+    (BASE + "timeout_s = 'soon'\n", "benchmark.timeout_s", "expected float"),
+    (BASE + "timeout_s = -1\n", "benchmark.timeout_s", "positive"),
+    (BASE + "parser = 'regex'\n", "benchmark.patterns", "needs [benchmark.patterns]"),
+    (BASE + "parser = 'regex'\nmetric='m'\n[benchmark.patterns]\nm = '(('\n", "benchmark.patterns.m", "bad regex"),
+    (BASE + "parser = 'regex'\nmetric='m'\n[benchmark.patterns]\nm = 'x'\n", "benchmark.patterns.m", "exactly one group"),
+    (BASE + "[env]\nA = true\n", "env.A", "string value"),
+    (BASE + "[env]\n'1A' = 'x'\n", "env.1A", "not a valid environment variable"),
+    (BASE + "[gpu]\nkill = 'everything'\n", "gpu.kill", "all-gpu-processes"),
+    (BASE + "[gpu]\ndevices = ['a']\n", "gpu.devices", "GPU indices"),
+    (BASE + "[design]\nseed = true\n", "design.seed", "integer"),
+    (BASE + "[design]\nconfidence = 2.0\n", "design.confidence", "between 0.5 and 1"),
+    (BASE.replace('repo = "repo"', 'repo = "repo"\npatches = "nope"'), None, "patch-set folder does not exist"),
+])
+def test_errors_name_file_key_and_expectation(tmp_path, body, key, words):
+    p = write(tmp_path, body)
+    with pytest.raises(ConfigError) as e:
+        load_experiment(p)
+    msg = str(e.value)
+    assert words in msg
+    assert "exp.toml" in msg or "nope" in msg
+    if key:
+        assert f"[{key}]" in msg
+
+
+def test_missing_file_and_binary_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_experiment(tmp_path / "nope.toml")
+    p = tmp_path / "bin.toml"
+    p.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(ConfigError):
+        load_experiment(p)
