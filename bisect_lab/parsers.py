@@ -1,8 +1,9 @@
 """Benchmark output -> metrics (DESIGN 3.1 and 6; layer 3).
 
 Pure functions: text in, ``dict[str, float]`` out. The only I/O is reading the
-result files a benchmark wrote into its per-trial ``out_dir`` (already on this
-machine when the parser runs).
+result files a benchmark wrote into its per-trial ``out_dir`` on this machine;
+for a remote host the runner passes those files' contents as ``files`` instead
+(parsers never talk to a host).
 
 Every builtin parser finds values *by label*, never by line position, because
 SGLang renames, adds and reorders rows between versions. Builtin parsers name
@@ -109,19 +110,33 @@ def _json_objects_in_lines(text: str) -> list[dict]:
     return out
 
 
-def _files(out_dir: str | None, suffixes: tuple[str, ...]) -> list[Path]:
-    """Result files in ``out_dir`` (not recursive), oldest first by mtime."""
-    if not out_dir or not os.path.isdir(out_dir):
-        return []
-    found = [p for p in Path(out_dir).iterdir() if p.is_file() and p.name.endswith(suffixes)]
-    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+class _OutFiles:
+    """The files a benchmark left for the parser: the trial's ``out_dir`` on this
+    machine and/or ``files`` (name -> text) the runner already fetched from a
+    remote host. Read lazily: only the suffixes a parser asks for."""
 
+    def __init__(self, out_dir: str | None, files: Mapping[str, str] | None):
+        self.out_dir = out_dir if out_dir and os.path.isdir(out_dir) else None
+        self.files = dict(files or {})
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
+    def texts(self, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
+        """(name, text) of matching files, oldest first: out_dir by mtime, then ``files``."""
+        out: list[tuple[str, str]] = []
+        if self.out_dir:
+            paths = [p for p in Path(self.out_dir).iterdir() if p.is_file() and p.name.endswith(suffixes)]
+            for p in sorted(paths, key=lambda p: (p.stat().st_mtime, p.name)):
+                try:
+                    out.append((p.name, p.read_text(errors="replace")))
+                except OSError:
+                    continue
+        out += [(n, t) for n, t in self.files.items() if os.path.basename(n).endswith(suffixes)]
+        return out
+
+    def get(self, name: str) -> str | None:
+        for n, t in reversed(self.texts((name,))):
+            if os.path.basename(n) == name:
+                return t
+        return None
 
 
 def _numeric_items(obj: Mapping[str, Any]) -> dict[str, float]:
@@ -134,14 +149,14 @@ def _numeric_items(obj: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def _last_result_json(stdout: str, out_dir: str | None, keys: tuple[str, ...]) -> dict | None:
+def _last_result_json(stdout: str, out: _OutFiles, keys: tuple[str, ...]) -> dict | None:
     """The last JSON-lines record that has one of ``keys``.
 
     Files in ``out_dir`` win over stdout: ``--output-file`` / ``--result-filename``
     is the benchmark's own machine-readable record. Within a file SGLang
     *appends* one line per run, so the last line is the latest run.
     """
-    for source in [*(_read(p) for p in reversed(_files(out_dir, (".jsonl", ".json")))), stdout]:
+    for source in [*(t for _, t in reversed(out.texts((".jsonl", ".json")))), stdout]:
         for obj in reversed(_json_objects_in_lines(source)):
             if any(k in obj for k in keys):
                 return obj
@@ -239,10 +254,10 @@ def _serving_blocks(text: str) -> list[dict[str, float]]:
     return blocks
 
 
-def _parse_bench_serving(stdout: str, stderr: str, out_dir: str | None, **_) -> dict[str, float]:
+def _parse_bench_serving(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
     blocks = _serving_blocks(stdout) or _serving_blocks(stderr)
     metrics = dict(blocks[-1]) if blocks else {}
-    record = _last_result_json(stdout, out_dir, _SERVING_JSON_KEYS)
+    record = _last_result_json(stdout, out, _SERVING_JSON_KEYS)
     if record is not None:
         # The JSON has full precision (the table rounds to 2 decimals) and
         # the same key names, so it overrides the text values.
@@ -263,7 +278,7 @@ _OB_BENCH = re.compile(r"^\s*Benchmark\s*\.\.\.", re.I)
 _OB_JSON_KEYS = ("median_decode_throughput", "overall_throughput", "prefill_throughput")
 
 
-def _parse_bench_one_batch(stdout: str, stderr: str, out_dir: str | None, **_) -> dict[str, float]:
+def _parse_bench_one_batch(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
     text = stdout if (_OB_PREFILL.search(stdout) or _OB_TOTAL.search(stdout)) else stderr
     lines = text.splitlines()
     # bench_one_batch prints "Warmup ..." and a full result set, then
@@ -298,7 +313,7 @@ def _parse_bench_one_batch(stdout: str, stderr: str, out_dir: str | None, **_) -
                     metrics[k] = lat
                 for k in thr_keys:
                     metrics[k] = thr
-    record = _last_result_json("", out_dir, _OB_JSON_KEYS)   # --result-filename
+    record = _last_result_json("", out, _OB_JSON_KEYS)   # --result-filename
     if record is not None:
         nums = _numeric_items(record)
         metrics.update(nums)
@@ -336,7 +351,7 @@ _OBS_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z_ ]*?)\s*:\s*(\S.*?)\s*$")
 _OBS_JSON_KEYS = ("last_gen_throughput", "output_throughput", "acc_length")
 
 
-def _parse_bench_one_batch_server(stdout: str, stderr: str, out_dir: str | None, **_):
+def _parse_bench_one_batch_server(stdout: str, stderr: str, out: _OutFiles, **_):
     cases: list[dict[str, float]] = []
     for text in (stdout, stderr):
         for line in text.splitlines():
@@ -354,7 +369,7 @@ def _parse_bench_one_batch_server(stdout: str, stderr: str, out_dir: str | None,
         if cases:
             break
     metrics = cases[-1] if cases else {}
-    record = _last_result_json("", out_dir, _OBS_JSON_KEYS)   # --result-filename
+    record = _last_result_json("", out, _OBS_JSON_KEYS)   # --result-filename
     if record is not None:
         metrics.update(_numeric_items(record))
     if "acc_length" in metrics:
@@ -375,8 +390,8 @@ _LOG_ACCEPT = re.compile(rf"accept len(?:gth)?:\s*({_NUM})", re.I)
 _LOG_GRAPH = re.compile(r"cuda graph:\s*(True|False)", re.I)
 
 
-def _parse_server_log(stdout: str, stderr: str, out_dir: str | None, **_) -> dict[str, float]:
-    texts = [stdout, stderr, *(_read(p) for p in _files(out_dir, (".log",)))]
+def _parse_server_log(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
+    texts = [stdout, stderr, *(t for _, t in out.texts((".log",)))]
     gen: list[float] = []
     acc: list[float] = []
     graph: list[bool] = []
@@ -428,7 +443,7 @@ def _compile_patterns(patterns: Mapping[str, str] | None) -> dict[str, re.Patter
     return out
 
 
-def _parse_regex(stdout: str, stderr: str, out_dir: str | None, *, patterns=None, **_):
+def _parse_regex(stdout: str, stderr: str, out: _OutFiles, *, patterns=None, **_):
     compiled = _compile_patterns(patterns)
     metrics: dict[str, float] = {}
     for name, rx in compiled.items():
@@ -480,10 +495,10 @@ def _last_json_object(text: str) -> dict | None:
     return best[2] if best else None
 
 
-def _parse_json(stdout: str, stderr: str, out_dir: str | None, **_) -> dict[str, float]:
+def _parse_json(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
     obj = None
-    if out_dir and os.path.isfile(os.path.join(out_dir, "results.json")):
-        text = _read(Path(out_dir) / "results.json")
+    text = out.get("results.json")
+    if text is not None:
         obj = _last_json_object(text)
     if obj is None:
         obj = _last_json_object(stdout)
@@ -530,12 +545,15 @@ def validate(parser: str, patterns: Mapping[str, str] | None = None) -> None:
 
 
 def parse(parser: str, stdout: str, stderr: str = "", *, out_dir: str | None = None,
-          patterns: Mapping[str, str] | None = None, metric: str | None = None) -> dict[str, float]:
+          patterns: Mapping[str, str] | None = None, metric: str | None = None,
+          files: Mapping[str, str] | None = None) -> dict[str, float]:
     """Extract metrics from one benchmark run's output.
 
     ``parser`` is a name from :data:`PARSERS`; ``out_dir`` is the trial's
-    ``{out}`` folder (files the benchmark wrote there, e.g. ``--output-file``
-    JSON lines, are read); ``patterns`` is ``[benchmark.patterns]`` for
+    ``{out}`` folder on this machine (files the benchmark wrote there, e.g.
+    ``--output-file`` JSON lines, are read); ``files`` (name -> text) is the
+    same for a remote host, whose out folder the runner fetched through the
+    Host; ``patterns`` is ``[benchmark.patterns]`` for
     ``regex``; ``metric`` is the primary metric, which must be present and
     finite.
 
@@ -551,7 +569,7 @@ def parse(parser: str, stdout: str, stderr: str = "", *, out_dir: str | None = N
     stderr = stderr or ""
     tail = _tail(stdout, stderr)
     try:
-        metrics = PARSERS[parser](stdout, stderr, out_dir, patterns=patterns)
+        metrics = PARSERS[parser](stdout, stderr, _OutFiles(out_dir, files), patterns=patterns)
     except ParseError as e:
         # Parsers raise with a message only; add the context here, once.
         raise ParseError(str(e), tail=tail, parser=parser, metric=metric, found=e.found) from None

@@ -97,6 +97,17 @@ def test_bench_serving_output_file_in_out_dir(tmp_path):
     assert "max_concurrency" not in m                # null
 
 
+def test_result_files_passed_as_contents_for_remote_hosts():
+    jsonl = (DATA / "bench_serving_output_file.jsonl").read_text()
+    m = parse("sglang-bench-serving", "", files={"/remote/out/res.jsonl": jsonl}, metric="output_throughput")
+    assert m["output_throughput"] == pytest.approx(2832.2366)
+    m = parse("json", "", files={"results.json": '{"a": {"b": 2}}'}, metric="a.b")
+    assert m == {"a.b": 2.0}
+    m = parse("sglang-server-log", "", files={"server.log": text("server_log_no_graph.txt")},
+              metric="gen_throughput")
+    assert m["cuda_graph"] == 0.0
+
+
 def test_bench_serving_json_overrides_rounded_text(tmp_path):
     shutil.copy(DATA / "bench_serving_output_file.jsonl", tmp_path / "res.jsonl")
     m = parse("sglang-bench-serving", text("bench_serving_v0.4.txt"), out_dir=str(tmp_path))
