@@ -30,15 +30,12 @@ def imports(path: Path, modname: list[str]):
             if node.level:
                 base = modname[: len(modname) - node.level]
                 target = base + (node.module.split(".") if node.module else [])
-                if not target:   # "from . import x" inside the package root
+                if not target:   # "from . import x" at the package root: a module, or a name of __init__
                     for alias in node.names:
-                        yield alias.name
+                        is_module = (PKG / f"{alias.name}.py").exists() or (PKG / alias.name).is_dir()
+                        yield alias.name if is_module else "__init__"
                     continue
-                if len(target) == 1 and not node.module:
-                    for alias in node.names:
-                        yield alias.name
-                else:
-                    yield target[0] if target else ""
+                yield target[0]
             elif node.module and node.module.startswith("bisect_lab."):
                 yield node.module.split(".")[1]
         elif isinstance(node, ast.Import):
