@@ -114,9 +114,9 @@ def canonical_json(obj: Any) -> str:
 
 
 # Measurements that move from trial to trial under identical configuration.
-READINGS = ("host.loadavg", "gpu.*.memory.used_mb", "gpu.*.utilization", "gpu.*.temperature_c",
-            "gpu.*.clocks.sm", "gpu.*.clocks.mem", "gpu.*.power.draw_w", "gpu.*.throttle",
-            "gpu.*.processes")
+READINGS = ("host.loadavg", "gpu*.*.memory.used_mb", "gpu*.*.utilization", "gpu*.*.temperature_c",
+            "gpu*.*.clocks.sm", "gpu*.*.clocks.mem", "gpu*.*.power.draw_w", "gpu*.*.throttle",
+            "gpu*.*.processes")
 
 
 def stable_content(content: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,13 +234,16 @@ def gpu_section(snap: GpuSnapshot | None) -> list[dict[str, Any]]:
 def collect(host: Host, *, tree_hash: str | None, patch_hashes: Mapping[str, str],
             env: Mapping[str, str | None], gpu: GpuSnapshot | None = None,
             extra: Mapping[str, Any] | None = None, cache: FingerprintCache | None = None,
-            probe_gpu: bool = True, inspector: GpuInspector | None = None) -> Fingerprint:
+            probe_gpu: bool = True, inspector: GpuInspector | None = None,
+            gpu_after: GpuSnapshot | None = None) -> Fingerprint:
     """Fingerprint one trial on ``host``.
 
     ``gpu`` is the snapshot the runner already took (e.g. after :func:`wait_idle`);
     when None and ``probe_gpu`` is true, one is taken here in the same probe call
     as the load average. ``env`` is the environment the benchmark ran with
     (redacted here). ``extra`` is added under ``extra`` (strings redacted).
+    ``gpu_after``, a snapshot taken right after the benchmark (clocks under load,
+    throttling it caused), goes under ``gpu_after`` with the same layout as ``gpu``.
     Static facts come from ``cache`` (default: a process-wide cache).
     """
     t0 = time.perf_counter()
@@ -286,6 +289,8 @@ def collect(host: Host, *, tree_hash: str | None, patch_hashes: Mapping[str, str
                    "gpu": (snap.reason or f"{len(snap.gpus)} GPU(s)") if snap else "not probed"},
         "gpu": _redact_tree(gpu_section(snap)),
     }
+    if gpu_after is not None:
+        content["gpu_after"] = _redact_tree(gpu_section(gpu_after))
     if extra:
         content["extra"] = _redact_tree(dict(extra))
     meta = {"duration_s": time.perf_counter() - t0, "cold": cold, "host_calls": calls,
@@ -296,7 +301,7 @@ def collect(host: Host, *, tree_hash: str | None, patch_hashes: Mapping[str, str
 # --------------------------------------------------------------------------- diff
 _ABSENT = object()
 # Fields that change on every trial whatever the conditions: compared only when asked.
-VOLATILE = ("id", "taken_at", "meta", "meta.*", "gpu.*.processes.*.pid")
+VOLATILE = ("id", "taken_at", "meta", "meta.*", "gpu*.*.processes.*.pid")
 
 
 @dataclass(frozen=True)
