@@ -1,0 +1,28 @@
+"""Human output of ``bisect-lab diff``."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def render_diff(res: dict, console: Console) -> None:
+    a, b = res["a"], res["b"]
+    console.print(f"A = {a['ref']} (campaign {a['campaign']}, trial {a['trial']})")
+    console.print(f"B = {b['ref']} (campaign {b['campaign']}, trial {b['trial']})")
+    for side in (a, b):
+        for arm, ms in side["metrics"].items():
+            line = ", ".join(f"{k} {v['median']:.4g} (n={v['n']})" for k, v in sorted(ms.items())[:4])
+            console.print(f"  {side['ref']}: {arm}: {line}")
+    t = Table(title="What differed")
+    for col in ("what", "A", "B"):
+        t.add_column(col)
+    for c in res["config"]:
+        t.add_row(c["what"], str(c["a"]), str(c["b"]))
+    for c in res["fingerprint"]:
+        t.add_row(c["path"], str(c["a"]), str(c["b"]))
+    if res["config"] or res["fingerprint"]:
+        console.print(t)
+    else:
+        console.print("no differences in configuration or fingerprint")
+    for ref in res.get("fingerprint_missing", []):
+        console.print(f"[yellow]note:[/] {ref} has no stored fingerprint (no successful trial)")
