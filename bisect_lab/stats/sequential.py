@@ -1,0 +1,65 @@
+"""Sequential decision on whether the regression exists (good arm vs bad arm).
+
+Evaluated after every new good/bad measurement, so it stops as soon as the answer is clear:
+
+* ``regression`` when the lower confidence bound of the regression exceeds a margin
+  (``margin_frac`` x min_effect): a real, material regression, not just a significant 0.3%;
+* ``no-regression`` when the upper confidence bound is below ``min_effect``: whatever the
+  difference is, it is smaller than what the user said matters;
+* ``continue`` otherwise.
+
+The two bounds use different one-sided levels. A wrongly confirmed regression sends the search
+hunting a culprit that does not exist (the attribution strategy still refuses to name one unless
+the posterior and the confirmation step agree), while a wrongly declared "no regression" hides a
+real one, so the latter is held to a stricter level. With repeated looks each one-sided level is
+not the overall error rate; tests/test_calibration.py measures the overall rates by simulation.
+
+Information bound worth knowing: telling a 0.5% difference from a 2% one at 3% CV with 5%/5%
+errors needs about 80 trials (Wald's SPRT expected sample size), whatever the design.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scipy import stats as _st
+
+from ._util import as_positive_array
+from .compare import Comparison, compare, welch_log
+
+
+@dataclass(frozen=True)
+class GateResult:
+    decision: str            # "regression" | "no-regression" | "continue"
+    comparison: Comparison   # bad relative to good, at the caller's alpha
+    regression_log: float    # estimated regression on log scale (> 0 = worse)
+    lower_log: float
+    upper_log: float
+
+
+def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: float = 0.02,
+                    alpha: float = 0.05, margin_frac: float = 0.25, min_n: int = 2,
+                    alpha_no: float | None = None) -> GateResult:
+    """Decide regression / no-regression / continue from the good and bad arms' measurements."""
+    g = as_positive_array(good, "good")
+    b = as_positive_array(bad, "bad")
+    cmp = compare(g, b, higher_is_better=higher_is_better, min_effect=min_effect, alpha=alpha)
+    d, se, df = welch_log(g, b)          # d = log(bad/good)
+    reg = -d if higher_is_better else d  # > 0: bad is worse
+    nan = float("nan")
+    if min(g.size, b.size) < min_n or not math.isfinite(se):
+        return GateResult("continue", cmp, reg, nan, nan)
+    a_no = alpha / 5 if alpha_no is None else alpha_no
+    if se == 0:
+        lo = hi = reg
+    else:
+        lo = reg - _st.t.ppf(1 - alpha / 2, df) * se
+        hi = reg + _st.t.ppf(1 - a_no, df) * se
+    thr = math.log1p(min_effect)
+    if lo > margin_frac * thr:
+        decision = "regression"
+    elif hi < thr:
+        decision = "no-regression"
+    else:
+        decision = "continue"
+    return GateResult(decision, cmp, reg, lo, hi)
