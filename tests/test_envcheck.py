@@ -45,7 +45,7 @@ PARENT = textwrap.dedent("""
 """)
 
 
-def run_benchmark(tmp_path: Path, *, clean: bool, use_psutil: bool, expected, env):
+def run_benchmark(tmp_path: Path, *, clean: bool, use_psutil: bool, expected, env, sample_host=None):
     """Spawn the benchmark through LocalHost, sample it like the runner does, return (report, worker pids)."""
     (tmp_path / "worker.py").write_text(WORKER)
     (tmp_path / "parent.py").write_text(PARENT)
@@ -57,7 +57,7 @@ def run_benchmark(tmp_path: Path, *, clean: bool, use_psutil: bool, expected, en
     cmd = (f"{sys.executable} {tmp_path / 'parent.py'} {tmp_path / 'worker.py'} {stop} {ready} "
            f"{1 if clean else 0}; true")
     proc = host.spawn(cmd, env=env)
-    sampler = EnvSampler(host, expected, use_psutil=use_psutil)
+    sampler = EnvSampler(sample_host or host, expected, use_psutil=use_psutil)
     try:
         deadline = time.time() + 30
         while len(list(ready.glob("w?"))) < 3:
@@ -198,3 +198,32 @@ def test_no_expected_vars_is_trivially_ok():
     sampler = EnvSampler(LocalHost(), {})
     assert sampler.sample([os.getpid()]) == 0
     assert sampler.report().ok and sampler.report().warnings == ()
+
+
+# --------------------------------------------------------------------------- over SSH
+# The same clean-worker benchmark on an SSHHost against the test sshd: the probe
+# path (host.python reading /proc) is what runs on a remote GPU box.
+try:
+    from sshd_fixture import sshd  # noqa: F401  (session fixture: a real sshd on localhost)
+    from bisect_lab.hosts.ssh import SSHHost
+except ImportError:                   # hosts/ssh.py not there yet
+    SSHHost = None
+
+
+@pytest.mark.ssh
+@pytest.mark.skipif(SSHHost is None, reason="bisect_lab.hosts.ssh not available")
+def test_clean_worker_environment_read_over_ssh(tmp_path, monkeypatch, sshd):
+    # The benchmark runs locally (the sshd is on localhost, so pids are shared);
+    # only the sampling goes through SSHHost.python, i.e. the remote code path.
+    host = SSHHost(sshd.target, port=sshd.port, key=sshd.key_path, known_hosts=sshd.known_hosts_path,
+                   python_exe=sys.executable)
+    monkeypatch.setenv("NCCL_ALGO", "Ring")
+    expected = {"NCCL_PROTO": "LL", "NCCL_ALGO": None}
+    with host:
+        report, w = run_benchmark(tmp_path, clean=True, use_psutil=False, expected=expected,
+                                  env=expected, sample_host=host)
+    proto, algo = report.get("NCCL_PROTO"), report.get("NCCL_ALGO")
+    assert (proto.matched, proto.total) == (3, 5), report.processes
+    assert set(proto.missing_pids) == {w["w1"], w["w2"]}
+    assert algo.missing_pids == (w["w3"],)
+    assert report.failed_samples == 0
