@@ -1,0 +1,242 @@
+"""``bisect-lab patches capture``: a user's uncommitted changes (or a commit range) -> patch set.
+
+The way out of "git stash removed the essential patches too": every change becomes an applyable
+patch unit with a name, and the user's checkout is left exactly as it was.
+
+How the checkout stays untouched: the working-tree state is snapshotted into a *temporary index*
+(a copy of the user's index, so stat data is fresh and only changed files are re-hashed), with
+``GIT_OBJECT_DIRECTORY`` pointing at a temporary object store and the repository's own objects as
+an alternate: blobs of untracked files land in the temporary store, the user's ``.git/index``,
+objects, refs, stash and config are never written. ``git diff --cached HEAD`` against that index
+then yields staged + unstaged + untracked changes (ignored files excluded, the stash not included).
+
+Local only (the user's checkout is on this machine); reads go through the git CLI with timeouts.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import UsageError
+from .patchset import MANIFEST
+
+__all__ = ["capture", "parse_split", "sanitize_name"]
+
+_GIT_TIMEOUT_S = 600.0
+_CLEAR = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+          "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
+
+
+def sanitize_name(text: str) -> str:
+    """A patch name of ``[a-z0-9-]``: lowercase, other characters become ``-``, runs collapsed."""
+    name = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return name or "patch"
+
+
+def parse_split(split: Iterable[str]) -> tuple[bool, list[tuple[str, str]]]:
+    """``["file", "GLOB=NAME", ...]`` -> (per_file, [(glob, name), ...]).
+
+    ``file`` (the default) gives one patch per file for files no glob claims. A glob matches the
+    repository-relative path with :func:`fnmatch.fnmatch` (``*`` also crosses ``/``); the first
+    matching rule wins.
+    """
+    rules: list[tuple[str, str]] = []
+    for item in split:
+        if item == "file":
+            continue
+        if "=" not in item:
+            raise UsageError(f"--split {item!r}: expected 'file' or GLOB=NAME")
+        glob, name = item.rsplit("=", 1)
+        if not glob or not name:
+            raise UsageError(f"--split {item!r}: expected GLOB=NAME with both parts")
+        clean = sanitize_name(name)
+        if clean != name:
+            raise UsageError(f"--split {item!r}: patch name must be [a-z0-9-] (e.g. {clean!r})")
+        rules.append((glob, name))
+    return True, rules
+
+
+class _Git:
+    """git CLI on the user's repository, read-only, bytes in and out, always with a timeout."""
+
+    def __init__(self, repo: Path, extra_env: dict[str, str] | None = None):
+        self.repo = repo
+        env = {k: v for k, v in os.environ.items() if k not in _CLEAR}
+        env.update({"LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"})
+        env.update(extra_env or {})
+        self.env = env
+
+    def __call__(self, *args: str, check: bool = True) -> bytes:
+        try:
+            p = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", *args],
+                               cwd=self.repo, env=self.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=_GIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"git {args[0]} in {self.repo} timed out after {_GIT_TIMEOUT_S:.0f} s") from None
+        if check and p.returncode != 0:
+            err = p.stderr.decode(errors="replace").strip().splitlines()
+            raise UsageError(f"git {' '.join(args[:2])} failed in {self.repo}: {err[-1] if err else p.returncode}")
+        return p.stdout
+
+    def text(self, *args: str) -> str:
+        return self(*args).decode(errors="replace").strip()
+
+
+def _names_for(files: Sequence[str], taken: set[str]) -> dict[str, str]:
+    """Short unique names per file: the file stem, then parent folders added until unique."""
+    out: dict[str, str] = {}
+    depth = {f: 1 for f in files}
+
+    def name_of(f: str, d: int) -> str:
+        parts = f.split("/")
+        stem = parts[-1].rsplit(".", 1)[0] if "." in parts[-1].lstrip(".") else parts[-1]
+        return sanitize_name("-".join([*parts[-d:-1], stem]) if d > 1 else stem)
+
+    pending = list(files)
+    while pending:
+        cands = {f: name_of(f, depth[f]) for f in pending}
+        counts: dict[str, int] = {}
+        for n in cands.values():
+            counts[n] = counts.get(n, 0) + 1
+        nxt = []
+        for f, n in cands.items():
+            maxd = len(f.split("/"))
+            if (counts[n] > 1 or n in taken) and depth[f] < maxd:
+                depth[f] += 1
+                nxt.append(f)
+            else:
+                base, i = n, 2
+                while n in taken:
+                    n = f"{base}-{i}"
+                    i += 1
+                out[f] = n
+                taken.add(n)
+        pending = nxt
+    return out
+
+
+def _toml(s: str) -> str:
+    return json.dumps(s)     # JSON string escapes are valid TOML basic-string escapes
+
+
+def capture(repo_path: str | os.PathLike, out_dir: str | os.PathLike, *, split: Iterable[str] = (),
+            range: str | None = None, force: bool = False) -> Path:
+    """Write the uncommitted changes of ``repo_path`` (staged + unstaged + untracked, not ignored
+    files, not the stash) — or the changes of ``range`` ``A..B`` — as patch files plus a
+    ``patchset.toml`` into ``out_dir``; return ``out_dir``.
+
+    One patch per file by default; ``split=["GLOB=NAME", ...]`` groups matching files into patch
+    ``NAME`` (first matching glob wins; others stay one per file). Patches apply to ``HEAD`` (or to
+    ``A`` for a range); the manifest's ``[capture]`` table records that base commit. The checkout is
+    never modified. ``force`` allows writing into a folder that already holds a manifest.
+    """
+    repo = Path(repo_path).resolve()
+    out = Path(out_dir).resolve()
+    if not repo.is_dir():
+        raise UsageError(f"--repo {repo}: no such folder")
+    g = _Git(repo)
+    probe = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, env=g.env,
+                           capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        raise UsageError(f"--repo {repo} is not a git checkout")
+    top = Path(probe.stdout.decode().strip())
+    _, rules = parse_split(split)
+    if (out / MANIFEST).exists() and not force:
+        raise UsageError(f"--out {out} already holds a {MANIFEST}; choose an empty folder")
+    try:
+        if out == top or out.is_relative_to(top):
+            raise UsageError(f"--out {out} is inside the checkout {top}; choose a folder outside it "
+                             "(the checkout must stay untouched)")
+    except AttributeError:
+        pass
+
+    with tempfile.TemporaryDirectory(prefix="bisect-lab-capture-") as tmp:
+        if range is not None:
+            if ".." not in range or "..." in range:
+                raise UsageError(f"--range {range!r}: expected A..B")
+            a, b = range.split("..", 1)
+            base = _resolve(g, a or "HEAD", "--range")
+            tip = _resolve(g, b or "HEAD", "--range")
+            diff_args = [base, tip]
+            gd = g
+            origin = f"commit range {range} ({base[:12]}..{tip[:12]})"
+        else:
+            base = _resolve(g, "HEAD", "--repo", hint="a checkout with at least one commit")
+            gd = _snapshot_worktree(g, top, Path(tmp))
+            diff_args = ["--cached", base]
+            origin = f"uncommitted changes on top of {base[:12]}"
+        files = [f for f in gd("diff", "--name-only", "-z", "--no-renames", *diff_args).decode(
+            errors="surrogateescape").split("\0") if f]
+        if not files:
+            what = f"range {range}" if range else "uncommitted changes (staged, unstaged or untracked)"
+            raise UsageError(f"nothing to capture in {repo}: no {what}")
+        groups: dict[str, list[str]] = {}
+        loose: list[str] = []
+        for f in files:
+            for glob, name in rules:
+                if fnmatch.fnmatchcase(f, glob):
+                    groups.setdefault(name, []).append(f)
+                    break
+            else:
+                loose.append(f)
+        taken = set(groups)
+        for f, name in _names_for(loose, taken).items():
+            groups[name] = [f]
+        out.mkdir(parents=True, exist_ok=True)
+        lines = ["# Captured by bisect-lab patches capture; edit names, aliases and descriptions freely.",
+                 f"# Patches apply to {base} ({origin}).", ""]
+        order = sorted(groups, key=lambda n: files.index(groups[n][0]))
+        for name in order:
+            paths = groups[name]
+            diff = gd("diff", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff",
+                      *diff_args, "--", *paths)
+            (out / f"{name}.patch").write_bytes(diff)
+            desc = f"{origin}: {', '.join(paths[:5])}" + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+            lines += ["[[patch]]", f"name = {_toml(name)}", f"file = {_toml(name + '.patch')}",
+                      f"description = {_toml(desc)}", "required = false", "requires = []", ""]
+        lines += ["[capture]", f"repo = {_toml(str(repo))}", f"base = {_toml(base)}",
+                  f"range = {_toml(range) if range else _toml('')}", ""]
+        (out / MANIFEST).write_text("\n".join(lines))
+    return out
+
+
+def _resolve(g: _Git, ref: str, flag: str, hint: str = "a commit") -> str:
+    if ref.startswith("-"):
+        raise UsageError(f"{flag}: {ref!r} is not a ref")
+    raw = g("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).decode().strip()
+    if not raw:
+        raise UsageError(f"{flag}: unknown ref {ref!r} in {g.repo} (expected {hint})")
+    return raw
+
+
+def _snapshot_worktree(g: _Git, top: Path, tmp: Path) -> _Git:
+    """A git runner whose index is a private copy holding the working tree's state."""
+    gitdir = Path(g.text("rev-parse", "--absolute-git-dir"))
+    common = Path(g.text("rev-parse", "--git-common-dir"))
+    if not common.is_absolute():
+        common = (top / common).resolve()
+    objects = tmp / "objects"
+    objects.mkdir()
+    index = tmp / "index"
+    if (gitdir / "index").is_file():
+        shutil.copyfile(gitdir / "index", index)      # read-only use of the user's index
+    env = {"GIT_INDEX_FILE": str(index), "GIT_OBJECT_DIRECTORY": str(objects),
+           "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common / "objects")}
+    gt = _Git(top, env)
+    if not index.exists():
+        gt("read-tree", "HEAD")
+    try:
+        gt("add", "-A", "--", ".")
+    except UsageError:
+        # A split index or an exotic extension the copy cannot use: rebuild from HEAD instead.
+        index.unlink(missing_ok=True)
+        gt("read-tree", "HEAD")
+        gt("add", "-A", "--", ".")
+    return gt

@@ -1,0 +1,1054 @@
+"""Clean trees: a clone cache per target repository and one worktree per arm (DESIGN 2, 4).
+
+Everything runs through a :class:`~bisect_lab.hosts.base.Host` (git as a CLI, argv lists, a
+timeout on every call), so the same code prepares trees on the local machine and on a GPU box
+over SSH. The user's checkout is only ever *read* (``git fetch`` from it, ``git bundle`` of it,
+or hashing a plain folder into a separate repository); nothing is written there.
+
+Layout under ``host.cache_root()``::
+
+    repos/<repo-id>/meta.json            which repository this is
+    repos/<repo-id>/git/                 bare clone cache (refs mirror the source's branches/tags)
+    repos/<repo-id>/trees/<key>/         one git worktree per arm (detached)
+    repos/<repo-id>/trees/<key>.json     ready marker, written last: a tree without it is never reused
+    repos/<repo-id>/trees/<key>.build.json   build marker (per tree hash)
+    repos/<repo-id>/patches/<sha256>     patch files copied to a remote host (content-addressed)
+
+How a tree is made (``prepare``): the patches are applied in dependency order to a *temporary
+index* holding the base commit (``git apply --cached``), so a patch that does not apply fails
+before any worktree exists (nothing half-applied can be left behind or reused); the result is
+written as a tree object (its id is :attr:`PreparedTree.tree_hash`) and a deterministic commit
+whose parent is the base; ``git worktree add --detach`` checks that commit out. ``git status`` in
+a tree is therefore clean right after preparation, which is what :meth:`TreeManager.verify` uses.
+
+The key of a tree is a hash of the base commit and the ordered patch *contents* (sha256 of each
+patch file), so renaming a patch reuses its tree, and editing one makes a new tree. Reuse is a
+marker read: no git process runs on that path.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shlex
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from .errors import BisectLabError, HostError, PatchError, UsageError
+from .hosts.base import CommandResult, Host, HostCommandError
+from .model import Patch, PatchSet, Target
+from .patchset import closure, dependency_order
+
+__all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "PreparedTree",
+           "RepoEntry", "TreeEntry", "TreeManager", "cache_info", "check_patchset", "prune_cache",
+           "repo_id"]
+
+_KEY_VERSION = "bisect-lab-tree-v1"
+# Overlay for every git call: English messages (we parse stderr), no prompts, no inherited
+# repository selection from the caller's environment (a hook or a test could set these).
+GIT_ENV: dict[str, str | None] = {
+    "LC_ALL": "C", "LANGUAGE": None, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_DIR": None, "GIT_WORK_TREE": None, "GIT_INDEX_FILE": None, "GIT_OBJECT_DIRECTORY": None,
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES": None, "GIT_COMMON_DIR": None, "GIT_NAMESPACE": None,
+}
+# The synthetic commit of a prepared tree is deterministic (same tree + base -> same sha).
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "bisect-lab", "GIT_AUTHOR_EMAIL": "bisect-lab@localhost",
+    "GIT_COMMITTER_NAME": "bisect-lab", "GIT_COMMITTER_EMAIL": "bisect-lab@localhost",
+    "GIT_AUTHOR_DATE": "@0 +0000", "GIT_COMMITTER_DATE": "@0 +0000",
+}
+# Refs mirrored from the source: branches keep their names (so "main~3" resolves), tags too, and
+# the source's HEAD (a user's detached or feature-branch checkout) lands in refs/remotes/origin/HEAD.
+_REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+_HEAD_REF = "refs/remotes/origin/HEAD"
+_SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+# --------------------------------------------------------------------------- data
+class BuildError(BisectLabError):
+    """The per-tree build step failed; reported like a patch failure (the arm is untestable)."""
+
+    def __init__(self, message: str, tree: str | None = None, output_tail: str = ""):
+        self.tree = tree
+        self.output_tail = output_tail
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class PreparedTree:
+    """A ready tree on the host.
+
+    ``path``: absolute folder on the host; ``commit``: the base commit; ``tree_hash``: git tree
+    object id of base + patches (identical content -> identical hash); ``head``: the synthetic
+    commit checked out in the worktree; ``key``: cache key (base + ordered patch hashes);
+    ``patches``: names in the order applied; ``patch_hashes``: name -> sha256 of the patch file;
+    ``reused``: True when an existing tree was returned; ``built``: the build step has succeeded.
+    """
+
+    path: str
+    commit: str
+    tree_hash: str
+    key: str
+    reused: bool
+    patches: tuple[str, ...] = ()
+    patch_hashes: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    head: str = ""
+    built: bool = False
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """One commit: full sha, subject line, ``Name <email>``, ISO-8601 author date, parent shas."""
+
+    sha: str
+    subject: str
+    author: str
+    date: str
+    parents: tuple[str, ...] = ()
+
+    @property
+    def is_merge(self) -> bool:
+        return len(self.parents) > 1
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One cached tree, as listed by :func:`cache_info`."""
+
+    repo: str               # the target repository it belongs to
+    key: str
+    path: str
+    commit: str
+    tree_hash: str
+    patches: tuple[str, ...]
+    last_used: float        # unix time (marker mtime; touched on every reuse)
+    size_bytes: int | None  # None when not measured
+    built: bool
+
+
+@dataclass(frozen=True)
+class RepoEntry:
+    repo: str
+    path: str               # the cache folder of this repository
+    trees: int
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What ``bisect-lab cache`` shows."""
+
+    root: str
+    repos: tuple[RepoEntry, ...]
+    trees: tuple[TreeEntry, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.size_bytes or 0 for t in self.trees)
+
+
+@dataclass(frozen=True)
+class CheckFailure:
+    """One problem found by :func:`check_patchset`.
+
+    ``kind``: ``"alone"`` (a patch with what it requires), ``"full-set"`` or ``"pair"``;
+    ``patches``: what was being combined (one name, all names, or the pair); ``patch``: the patch
+    that failed to apply; ``file``: the failing file (from git's message) when known.
+    """
+
+    kind: str
+    patches: tuple[str, ...]
+    patch: str
+    file: str | None
+    message: str
+
+    def line(self) -> str:
+        where = f" ({self.file})" if self.file else ""
+        if self.kind == "pair":
+            return f"conflict: {self.patches[0]} + {self.patches[1]}: {self.patch} fails{where}: {self.message}"
+        if self.kind == "full-set":
+            return f"full set: {self.patch} fails{where}: {self.message}"
+        return f"{self.patches[0]}: {self.patch} fails{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Result of :func:`check_patchset`. ``ok`` is False when anything fails to apply."""
+
+    ref: str
+    base: str
+    patches: tuple[str, ...]
+    alone: tuple[CheckFailure, ...] = ()
+    full_set: CheckFailure | None = None
+    conflicts: tuple[CheckFailure, ...] = ()
+    pairs_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.alone and self.full_set is None and not self.conflicts
+
+    @property
+    def failures(self) -> tuple[CheckFailure, ...]:
+        return (*self.alone, *((self.full_set,) if self.full_set else ()), *self.conflicts)
+
+    def lines(self) -> list[str]:
+        """Human-readable lines (the CLI prints them)."""
+        head = f"{len(self.patches)} patches checked against {self.ref} ({self.base[:12]}), {self.pairs_checked} overlapping pairs"
+        if self.ok:
+            return [head + ": all apply, alone, together and in pairs"]
+        return [head + ":"] + ["  " + f.line() for f in self.failures]
+
+
+# --------------------------------------------------------------------------- helpers
+def repo_id(repo: str) -> str:
+    """Cache folder name of a target repository (path or URL)."""
+    return hashlib.sha256(repo.encode()).hexdigest()[:16]
+
+
+def tree_key(commit: str, patch_hashes: Sequence[str]) -> str:
+    """Cache key of a tree: base commit + ordered patch content hashes."""
+    h = hashlib.sha256("\n".join((_KEY_VERSION, commit, *patch_hashes)).encode())
+    return h.hexdigest()[:24]
+
+
+_APPLY_FILE_RES = (
+    re.compile(r"^error: patch failed: (?P<file>.+):\d+$", re.M),
+    re.compile(r"^error: (?P<file>.+?): (?:patch does not apply|does not exist in index|"
+               r"already exists in index|already exists in working directory|No such file or directory|"
+               r"does not match index|wrong type|has type \d+, expected \d+)$", re.M),
+)
+
+
+def apply_error(stderr: str) -> tuple[str | None, str]:
+    """(failing file, one-line reason) from ``git apply`` stderr."""
+    for rx in _APPLY_FILE_RES:
+        m = rx.search(stderr)
+        if m:
+            rest = [l for l in stderr.splitlines() if l.startswith("error: ") and "patch failed" not in l]
+            reason = rest[0].split(": ")[-1] if rest else "patch does not apply"
+            return m.group("file"), reason
+    lines = [l.removeprefix("error: ").removeprefix("fatal: ") for l in stderr.splitlines() if l.strip()]
+    return None, (lines[0] if lines else "git apply failed")
+
+
+def _git(*args: str, git_dir: str | None = None) -> list[str]:
+    pre = ["git", "-c", "gc.auto=0", "-c", "maintenance.auto=0", "-c", "core.hooksPath=/dev/null"]
+    if git_dir:
+        pre += ["--git-dir", git_dir]
+    return [*pre, *args]
+
+
+def _is_local_path(repo: str) -> bool:
+    from .config import is_url
+    return not is_url(repo)
+
+
+# --------------------------------------------------------------------------- manager
+class TreeManager:
+    """Clone cache + worktrees of one target repository on one host.
+
+    ``max_trees`` / ``max_bytes`` bound the tree cache of this repository (least recently used
+    trees go first; the tree just prepared is never removed). ``log`` receives one-line progress
+    messages (``log("cloning ...")``). ``auto_fetch``: fetch the source once per manager, on the
+    first symbolic ref resolution (full shas already present never fetch).
+    """
+
+    def __init__(self, host: Host, target: Target, patchset: PatchSet | None = None, *,
+                 max_trees: int | None = 32, max_bytes: int | None = None,
+                 log: Callable[[str], None] | None = None, auto_fetch: bool = True,
+                 git_timeout_s: float = 600.0, fetch_timeout_s: float = 3600.0,
+                 build_timeout_s: float = 3600.0):
+        self.host = host
+        self.target = target
+        self.patchset = patchset
+        self.max_trees = max_trees
+        self.max_bytes = max_bytes
+        self.log = log or (lambda msg: None)
+        self.auto_fetch = auto_fetch
+        self.git_timeout_s = git_timeout_s
+        self.fetch_timeout_s = fetch_timeout_s
+        self.build_timeout_s = build_timeout_s
+        self.root = posixpath.join(host.cache_root(), "repos", repo_id(target.repo))
+        self.git_dir = posixpath.join(self.root, "git")
+        self.trees_dir = posixpath.join(self.root, "trees")
+        self._fetched = False
+        self._ready = False
+        self._resolved: dict[str, str] = {}
+        self._build_failed: dict[str, BuildError] = {}
+        self._shipped: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ git plumbing
+    def _run(self, argv: Sequence[str], *, what: str, cwd: str | None = None,
+             env: Mapping[str, str | None] | None = None, timeout_s: float | None = None,
+             check: bool = True) -> CommandResult:
+        res = self.host.run(list(argv), timeout_s=timeout_s or self.git_timeout_s, cwd=cwd,
+                            env={**GIT_ENV, **(env or {})})
+        if check and not res.ok:
+            raise HostCommandError(what, res)
+        return res
+
+    def _g(self, *args: str, what: str, **kw) -> CommandResult:
+        return self._run(_git(*args, git_dir=self.git_dir), what=what, **kw)
+
+    def _ensure_repo(self) -> None:
+        """Create the bare cache repository (once) and fetch into it."""
+        if self._ready:
+            return
+        if not self.host.exists(posixpath.join(self.git_dir, "HEAD")):
+            self.log(f"creating clone cache for {self.target.repo} in {self.git_dir}")
+            tmp = f"{self.git_dir}.tmp-{uuid.uuid4().hex[:8]}"
+            self._run(_git("init", "-q", "--bare", tmp), what="git init")
+            # A rename makes the cache appear atomically: a crash never leaves a half-created one.
+            res = self._run(["mv", "-T", tmp, self.git_dir], what="mv", check=False)
+            if not res.ok:
+                self._run(["rm", "-rf", tmp], what="rm", check=False)
+            self.host.write_bytes(posixpath.join(self.root, "meta.json"),
+                                  json.dumps({"repo": self.target.repo}).encode())
+            self._ready = True
+            self.fetch()
+        self._ready = True
+
+    # ------------------------------------------------------------------ fetch
+    def fetch(self, ref: str | None = None) -> None:
+        """Update the clone cache from the source (all branches, tags and the source's HEAD;
+        ``ref`` additionally fetches that ref, e.g. a sha not on any branch).
+
+        Sources: a URL is fetched by the host itself; a local git repository is fetched directly
+        (local host) or shipped as a ``git bundle`` through ``host.write_bytes`` (remote host); a
+        plain folder is imported as a one-commit repository whose commit depends only on the
+        content (same content -> same commit).
+        """
+        self._ensure_repo()
+        self._fetched = True
+        self._resolved.clear()
+        repo = self.target.repo
+        if not _is_local_path(repo):
+            self._fetch_from(repo, ref)
+            return
+        if not os.path.isdir(repo):
+            raise UsageError(f"target repository {repo} does not exist")
+        if _local_git_toplevel(repo) is None:
+            if self.host.is_local:
+                self._import_folder(repo, self.git_dir)
+            else:
+                staging = _local_staging_repo(repo)
+                self._import_folder_locally(repo, staging)
+                self._ship_bundle(staging, ref)
+            return
+        if self.host.is_local:
+            self._fetch_from(repo, ref)
+        else:
+            self._ship_bundle(repo, ref)
+
+    def _fetch_from(self, source: str, ref: str | None, *, what: str | None = None) -> None:
+        self.log(f"fetching {source}")
+        specs = [*_REFSPECS, f"+HEAD:{_HEAD_REF}"]
+        res = self._g("fetch", "-q", "--update-head-ok", "--no-write-fetch-head", source, *specs,
+                      what=what or f"git fetch {source}", timeout_s=self.fetch_timeout_s, check=False)
+        if not res.ok and "HEAD" in res.stderr:
+            # A source without a valid HEAD (empty or unborn branch): fetch branches and tags only.
+            res = self._g("fetch", "-q", "--update-head-ok", "--no-write-fetch-head", source, *_REFSPECS,
+                          what=what or f"git fetch {source}", timeout_s=self.fetch_timeout_s, check=False)
+        if not res.ok:
+            raise HostCommandError(what or f"git fetch {source}", res)
+        if ref and _SHA_RE.match(ref):
+            # A commit not reachable from any branch (servers allowing it): best effort.
+            self._g("fetch", "-q", "--no-write-fetch-head", source, ref, what="git fetch sha",
+                    timeout_s=self.fetch_timeout_s, check=False)
+
+    def _ship_bundle(self, local_repo: str, ref: str | None) -> None:
+        """Send a local repository to a remote host as a bundle and fetch from it there."""
+        import subprocess
+        import tempfile
+        env = {k: v for k, v in os.environ.items() if k not in GIT_ENV}
+        env["LC_ALL"] = "C"
+        state = subprocess.run(["git", "-C", local_repo, "show-ref", "--head"], env=env,
+                               capture_output=True, text=True, timeout=120).stdout
+        digest = hashlib.sha256(state.encode()).hexdigest()
+        marker = posixpath.join(self.root, "shipped.txt")
+        try:
+            if self.host.read_bytes(marker).decode() == digest:
+                return           # nothing changed since the last bundle
+        except Exception:
+            pass
+        self.log(f"bundling {local_repo} for {self.host.name}")
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle = os.path.join(tmp, "repo.bundle")
+            p = subprocess.run(["git", "-C", local_repo, "bundle", "create", "-q", bundle, "HEAD",
+                                "--branches", "--tags"], env=env, capture_output=True, text=True,
+                               timeout=self.fetch_timeout_s)
+            if p.returncode != 0:
+                raise HostError(f"git bundle of {local_repo} failed: {p.stderr.strip().splitlines()[-1:]}")
+            data = Path(bundle).read_bytes()
+        remote = posixpath.join(self.root, "incoming.bundle")
+        self.host.write_bytes(remote, data, timeout_s=max(60.0, len(data) / 1e6))
+        try:
+            self._fetch_from(remote, ref, what=f"git fetch (bundle of {local_repo})")
+        finally:
+            self._run(["rm", "-f", remote], what="rm", check=False)
+        self.host.write_bytes(marker, digest.encode())
+
+    def _import_folder(self, folder: str, git_dir: str) -> str:
+        """Import a plain folder into ``git_dir`` (on this host) as one parentless commit."""
+        tmp_index = posixpath.join(self.root, "tmp", f"import-{uuid.uuid4().hex[:8]}.index")
+        self._run(["mkdir", "-p", posixpath.dirname(tmp_index)], what="mkdir")
+        env = {"GIT_INDEX_FILE": tmp_index, **_IDENTITY}
+        try:
+            self._run(_git("--work-tree", folder, "add", "-A", "--", ".", git_dir=git_dir),
+                      what=f"import of folder {folder}", env=env, cwd=folder)
+            tree = self._run(_git("write-tree", git_dir=git_dir), what="git write-tree", env=env).stdout.strip()
+        finally:
+            self._run(["rm", "-f", tmp_index], what="rm", check=False)
+        return self._commit_import(tree, folder, git_dir, run=self._run)
+
+    def _import_folder_locally(self, folder: str, git_dir: str) -> str:
+        from .hosts.local import LocalHost
+        local = LocalHost()
+
+        def run(argv, *, what, env=None, cwd=None, check=True, timeout_s=None):
+            res = local.run(list(argv), timeout_s=timeout_s or self.git_timeout_s, cwd=cwd,
+                            env={**GIT_ENV, **(env or {})})
+            if check and not res.ok:
+                raise HostCommandError(what, res)
+            return res
+
+        if not os.path.exists(os.path.join(git_dir, "HEAD")):
+            run(_git("init", "-q", "--bare", git_dir), what="git init")
+        tmp_index = os.path.join(git_dir, f"import-{uuid.uuid4().hex[:8]}.index")
+        env = {"GIT_INDEX_FILE": tmp_index, **_IDENTITY}
+        try:
+            run(_git("--work-tree", folder, "add", "-A", "--", ".", git_dir=git_dir), what="import",
+                env=env, cwd=folder)
+            tree = run(_git("write-tree", git_dir=git_dir), what="write-tree", env=env).stdout.strip()
+        finally:
+            if os.path.exists(tmp_index):
+                os.unlink(tmp_index)
+        return self._commit_import(tree, folder, git_dir, run=run)
+
+    @staticmethod
+    def _commit_import(tree: str, folder: str, git_dir: str, *, run) -> str:
+        # Fixed identity, date and message: the commit id is a function of the content only.
+        sha = run(_git("commit-tree", tree, "-m", "bisect-lab import of a plain folder", git_dir=git_dir),
+                  what="git commit-tree", env=_IDENTITY).stdout.strip()
+        for ref in ("refs/heads/main", _HEAD_REF):
+            run(_git("update-ref", ref, sha, git_dir=git_dir), what="git update-ref")
+        run(_git("symbolic-ref", "HEAD", "refs/heads/main", git_dir=git_dir), what="git symbolic-ref")
+        return sha
+
+    # ------------------------------------------------------------------ refs and commits
+    def resolve(self, ref: str | None = None) -> str:
+        """Full commit sha of ``ref`` (default: the target's ref) in the clone cache.
+
+        ``HEAD`` means the source's HEAD (the user's checked-out commit); ``origin/X`` is accepted
+        for ``X``. An unknown ref raises :class:`UsageError` naming it.
+        """
+        ref = ref or self.target.ref or "HEAD"
+        if ref in self._resolved:
+            return self._resolved[ref]
+        self._ensure_repo()
+        sha = self._rev_parse(ref)
+        if sha is None and self.auto_fetch and not self._fetched:
+            self.fetch(ref)
+            sha = self._rev_parse(ref)
+        elif sha is not None and self.auto_fetch and not self._fetched and not _SHA_RE.match(ref):
+            # A symbolic ref may have moved since the cache was filled: refresh once per manager.
+            self.fetch()
+            sha = self._rev_parse(ref)
+        if sha is None:
+            raise UsageError(f"unknown ref {ref!r} in {self.target.repo} (not a commit, branch or tag there)")
+        self._resolved[ref] = sha
+        return sha
+
+    def _rev_parse(self, ref: str) -> str | None:
+        cands = [ref]
+        m = re.match(r"^HEAD(?=$|[~^@])", ref)
+        if m:
+            cands = [_HEAD_REF + ref[4:]]
+        elif ref.startswith("origin/"):
+            cands.append(ref[len("origin/"):])
+        for c in cands:
+            if c.startswith("-"):
+                continue
+            res = self._g("rev-parse", "--verify", "-q", f"{c}^{{commit}}", what="git rev-parse", check=False)
+            if res.ok and res.stdout.strip():
+                return res.stdout.strip()
+        return None
+
+    def commit_info(self, sha: str) -> CommitInfo:
+        """Subject, author, date and parents of one commit."""
+        full = self.resolve(sha)
+        out = self._g("log", "-1", "--format=%H%x00%s%x00%an <%ae>%x00%aI%x00%P", full, what="git log").stdout
+        return _parse_commits(out)[0]
+
+    def commits_between(self, good: str, bad: str) -> list[CommitInfo]:
+        """Bisection candidates: commits reachable from ``bad`` and not from ``good`` (as git bisect
+        defines them), ``bad`` included, ``good`` excluded, oldest first in topological order
+        (``git rev-list --topo-order --reverse bad ^good``): every commit comes after its parents.
+
+        Merges: commits of a merged side branch are candidates themselves (not hidden behind the
+        merge), so a culprit on a side branch is reported as that commit. The list is a
+        linearisation of a DAG: a commit's position does not imply that every earlier commit is its
+        ancestor; use ``CommitInfo.parents`` to reason on the graph (a commit contains the culprit
+        iff the culprit is among its ancestors).
+        """
+        g, b = self.resolve(good), self.resolve(bad)
+        out = self._g("log", "--topo-order", "--reverse", "--format=%H%x00%s%x00%an <%ae>%x00%aI%x00%P",
+                      b, f"^{g}", "--", what="git log").stdout
+        return _parse_commits(out)
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        """True when commit ``a`` is an ancestor of (or equal to) ``b``."""
+        res = self._g("merge-base", "--is-ancestor", self.resolve(a), self.resolve(b), what="git merge-base",
+                      check=False)
+        if res.returncode not in (0, 1):
+            raise HostCommandError("git merge-base", res)
+        return res.returncode == 0
+
+    # ------------------------------------------------------------------ patches
+    def _ordered(self, names: Iterable[str]) -> list[Patch]:
+        names = list(names)
+        if not names:
+            return []
+        if self.patchset is None:
+            raise UsageError(f"patches {', '.join(sorted(names))} requested but the target has no patch set")
+        valid = set(self.patchset.names)
+        unknown = [n for n in names if n not in valid]
+        if unknown:
+            raise UsageError(f"unknown patch {unknown[0]!r}; valid names: {', '.join(self.patchset.names)}")
+        return dependency_order(self.patchset, closure(self.patchset, names))
+
+    def _patch_path(self, p: Patch) -> str:
+        """Where the patch file is on the host (copied there, content-addressed, when remote)."""
+        if self.host.is_local:
+            return str(p.path)
+        remote = posixpath.join(self.root, "patches", f"{p.sha256}.patch")
+        if self._shipped.get(p.sha256) != remote:
+            if not self.host.exists(remote):
+                self.host.write_bytes(remote, Path(p.path).read_bytes())
+            self._shipped[p.sha256] = remote
+        return remote
+
+    def _apply_to_index(self, commit: str, patches: Sequence[Patch], index: str) -> str:
+        """Apply ``patches`` in order to a temporary index of ``commit``; return the tree id.
+
+        Raises :class:`PatchError` naming the first patch that does not apply and its file.
+        """
+        env = {"GIT_INDEX_FILE": index}
+        self._g("read-tree", commit, what="git read-tree", env=env)
+        for p in patches:
+            res = self._g("apply", "--cached", "--whitespace=nowarn", self._patch_path(p),
+                          what=f"git apply {p.name}", env=env, check=False)
+            if res.timed_out:
+                raise HostCommandError(f"git apply {p.name}", res)
+            if not res.ok:
+                file, reason = apply_error(res.stderr)
+                where = f" at {file}" if file else ""
+                raise PatchError(f"patch {p.name!r} does not apply to {commit[:12]}{where}: {reason}",
+                                 patch=p.name, file=file)
+        return self._g("write-tree", what="git write-tree", env=env).stdout.strip()
+
+    def _tmp_index(self) -> str:
+        return posixpath.join(self.root, "tmp", f"index-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+    def _rm_tmp(self, *paths: str) -> None:
+        if self.host.is_local:
+            for p in paths:
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+        else:
+            self._run(["rm", "-f", *paths], what="rm", check=False)
+
+    def _mkdirs(self, *paths: str) -> None:
+        if self.host.is_local:
+            for p in paths:
+                os.makedirs(p, exist_ok=True)
+        else:
+            self._run(["mkdir", "-p", *paths], what="mkdir")
+
+    def apply_check(self, patch_names: Iterable[str], commit: str | None = None, *,
+                    expand: bool = True) -> str:
+        """Check that the patches (with what they require, in dependency order) apply to
+        ``commit``; return the resulting tree id without creating any worktree.
+        ``expand=False`` applies exactly ``patch_names`` in the given order."""
+        commit = self.resolve(commit) if commit else self.resolve()
+        patches = self._ordered(patch_names) if expand else [self.patchset.get(n) for n in patch_names]
+        index = self._tmp_index()
+        self._mkdirs(posixpath.dirname(index))
+        try:
+            return self._apply_to_index(commit, patches, index)
+        finally:
+            self._rm_tmp(index, index + ".lock")
+
+    # ------------------------------------------------------------------ trees
+    def _paths(self, key: str) -> tuple[str, str, str]:
+        base = posixpath.join(self.trees_dir, key)
+        return base, base + ".json", base + ".build.json"
+
+    def _read_json(self, path: str) -> dict | None:
+        try:
+            if self.host.is_local:
+                with open(path, "rb") as f:
+                    return json.loads(f.read())
+            if not self.host.exists(path):
+                return None
+            return json.loads(self.host.read_bytes(path))
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_json(self, path: str, data: dict) -> None:
+        """Write atomically (temp file + rename): a reader sees the whole marker or none."""
+        blob = json.dumps(data, indent=1, sort_keys=True).encode()
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        if self.host.is_local:
+            with open(tmp, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+        else:
+            self.host.write_bytes(tmp, blob)
+            self._run(["mv", "-f", tmp, path], what="mv")
+
+    def _touch(self, path: str) -> None:
+        if self.host.is_local:
+            try:
+                os.utime(path)
+            except FileNotFoundError:
+                pass
+        else:
+            self._run(["touch", "-c", path], what="touch", check=False)
+
+    def prepare(self, arm_patches: Iterable[str] = (), commit: str | None = None, *,
+                build: bool = True) -> PreparedTree:
+        """A clean tree of ``commit`` (default: the target's ref) with ``arm_patches`` applied.
+
+        Patches are applied with what they require, in dependency order. A tree with the same key
+        (base commit + ordered patch contents) that is already prepared is reused: only its marker
+        is read, no git process runs. ``build``: run the target's build step (once per tree hash).
+
+        Raises :class:`PatchError` (patch and file named; no tree is left behind),
+        :class:`BuildError`, :class:`UsageError` (unknown patch or ref).
+        """
+        patches = self._ordered(arm_patches)
+        if commit is None or not _SHA_RE.match(commit):
+            commit = self.resolve(commit) if commit else self.resolve()
+        hashes = {p.name: p.sha256 for p in patches}
+        key = tree_key(commit, [p.sha256 for p in patches])
+        path, marker, _ = self._paths(key)
+        info = self._read_json(marker)
+        if info is not None and info.get("key") == key:
+            # Hot path: one small file read and an mtime bump for the LRU order.
+            self._touch(marker)
+            tree = PreparedTree(path=path, commit=commit, tree_hash=info["tree_hash"], key=key, reused=True,
+                                patches=tuple(hashes), patch_hashes=hashes, head=info.get("head", ""))
+        else:
+            tree = self._create(key, commit, patches)
+        if build and self.target.build:
+            tree = self.build(tree)
+        return tree
+
+    def _create(self, key: str, commit: str, patches: list[Patch]) -> PreparedTree:
+        self._ensure_repo()
+        commit = self.resolve(commit)          # fetches a sha the cache does not hold yet
+        path, marker, build_marker = self._paths(key)
+        hashes = {p.name: p.sha256 for p in patches}
+        index = self._tmp_index()
+        self._mkdirs(self.trees_dir, posixpath.dirname(index))
+        try:
+            tree_hash = self._apply_to_index(commit, patches, index)
+        finally:
+            self._rm_tmp(index, index + ".lock")
+        msg = f"bisect-lab tree {key}\n\nbase {commit}\n" + "".join(f"patch {p.name} {p.sha256}\n" for p in patches)
+        head = self._g("commit-tree", tree_hash, "-p", commit, "-m", msg, what="git commit-tree",
+                       env=_IDENTITY).stdout.strip()
+        # A leftover folder without marker is a crashed or interrupted preparation: never reuse it.
+        if self.host.exists(path):
+            self.log(f"discarding half-prepared tree {path}")
+            self._remove_worktree(path, marker, build_marker)
+        res = self._g("worktree", "add", "-q", "--detach", path, head, what="git worktree add", check=False)
+        if not res.ok and "already registered" in res.stderr:
+            # The folder was deleted by hand: forget the stale registration and retry once.
+            self._g("worktree", "prune", what="git worktree prune", check=False)
+            res = self._g("worktree", "add", "-q", "--detach", path, head, what="git worktree add", check=False)
+        if not res.ok:
+            self._remove_worktree(path, marker, build_marker)
+            raise HostCommandError(f"git worktree add {path}", res)
+        self.log(f"prepared tree {key} ({commit[:12]} + {', '.join(hashes) or 'no patches'})")
+        data = {"key": key, "commit": commit, "tree_hash": tree_hash, "head": head,
+                "patches": list(hashes), "patch_hashes": hashes, "repo": self.target.repo,
+                "created": time.time()}
+        if self.max_bytes is not None:
+            data["size_bytes"] = self._du(path)
+        self._write_json(marker, data)
+        tree = PreparedTree(path=path, commit=commit, tree_hash=tree_hash, key=key, reused=False,
+                            patches=tuple(hashes), patch_hashes=hashes, head=head)
+        self._enforce_limits(keep={key})
+        return tree
+
+    def _du(self, path: str) -> int | None:
+        res = self._run(["du", "-sk", path], what="du", check=False, timeout_s=300)
+        try:
+            return int(res.stdout.split()[0]) * 1024
+        except (IndexError, ValueError):
+            return None
+
+    def _remove_worktree(self, path: str, marker: str, build_marker: str) -> None:
+        # Marker first: from this instant on the tree is never reused, whatever happens next.
+        self._run(["rm", "-f", marker, build_marker], what="rm", check=False)
+        self._g("worktree", "remove", "--force", "--force", path, what="git worktree remove", check=False)
+        self._run(["rm", "-rf", path], what="rm", check=False)
+        self._g("worktree", "prune", what="git worktree prune", check=False)
+
+    def verify(self, tree: PreparedTree) -> bool:
+        """Slow check that a tree still holds exactly what was prepared (``git status`` is clean,
+        untracked build outputs aside, and HEAD is the prepared commit)."""
+        res = self._run(["git", "status", "--porcelain", "--untracked-files=no"], what="git status",
+                        cwd=tree.path, check=False)
+        head = self._run(["git", "rev-parse", "HEAD"], what="git rev-parse", cwd=tree.path, check=False)
+        return res.ok and not res.stdout.strip() and head.stdout.strip() == tree.head
+
+    # ------------------------------------------------------------------ build / environment
+    def build(self, tree: PreparedTree) -> PreparedTree:
+        """Run the target's build step in ``tree`` once per tree hash (cached by a marker).
+
+        Raises :class:`BuildError` with the tail of the output; a failure is remembered for the
+        life of this manager (not on disk, so a transient failure is retried by the next campaign).
+        """
+        cmd = self.target.build
+        if not cmd:
+            return tree
+        _, _, bmarker = self._paths(tree.key)
+        info = self._read_json(bmarker)
+        if info and info.get("tree_hash") == tree.tree_hash and info.get("command") == cmd:
+            return _replace(tree, built=True)
+        if tree.key in self._build_failed:
+            raise self._build_failed[tree.key]
+        self.log(f"building tree {tree.key}: {cmd}")
+        res = self.host.run(cmd, timeout_s=self.build_timeout_s, cwd=tree.path,
+                            env={**self.pythonpath_env(tree)})
+        if not res.ok:
+            out = (res.stdout + res.stderr).strip()
+            tail = "\n".join(out.splitlines()[-30:])
+            last = out.splitlines()[-1] if out else ""
+            why = "timed out" if res.timed_out else f"exit {res.returncode}"
+            err = BuildError(f"build step {cmd!r} failed in tree {tree.key} ({why}): {last[:300]}",
+                             tree=tree.path, output_tail=tail)
+            self._build_failed[tree.key] = err
+            raise err
+        self._write_json(bmarker, {"tree_hash": tree.tree_hash, "command": cmd, "duration_s": res.duration_s,
+                                   "built": time.time()})
+        if self.max_bytes is not None:     # a build can grow the tree a lot: refresh its size
+            _, marker, _ = self._paths(tree.key)
+            data = self._read_json(marker)
+            if data:
+                data["size_bytes"] = self._du(tree.path)
+                self._write_json(marker, data)
+        return _replace(tree, built=True)
+
+    def pythonpath_env(self, tree: PreparedTree, inherited: str | None = None) -> dict[str, str]:
+        """``{"PYTHONPATH": ...}`` with the tree folders of ``target.pythonpath`` first, then
+        ``inherited`` (pass the trial's existing PYTHONPATH to keep it). ``{}`` when there is
+        nothing to set."""
+        parts = [posixpath.normpath(posixpath.join(tree.path, p)) for p in self.target.pythonpath]
+        if inherited:
+            parts.append(inherited)
+        return {"PYTHONPATH": ":".join(parts)} if parts else {}
+
+    def import_check(self, tree: PreparedTree, env: Mapping[str, str | None] | None = None, *,
+                     cwd: str | None = None, python: str | None = None,
+                     timeout_s: float = 120.0) -> tuple[bool, str]:
+        """Verify that ``target.import_check`` resolves inside ``tree`` in the trial's environment.
+
+        ``env`` must be the overlay the benchmark gets (default: :meth:`pythonpath_env`); ``cwd``
+        defaults to the tree (where the benchmark runs); ``python`` defaults to the host's interpreter
+        (``host.python_exe``): pass the benchmark's own interpreter when it differs. Returns
+        ``(True, origin)`` or ``(False, message)`` where the message says where it resolved instead.
+        """
+        mod = self.target.import_check
+        if not mod:
+            return True, "no import check configured"
+        env = dict(self.pythonpath_env(tree) if env is None else env)
+        exe = python or self.host.python_exe
+        res = self.host.run([exe, "-c", _IMPORT_PROBE, mod, tree.path], timeout_s=timeout_s,
+                            cwd=cwd or tree.path, env=env)
+        out = res.stdout.strip().splitlines()
+        status, where = (out[-1].split(" ", 1) + [""])[:2] if out else ("", "")
+        if res.ok and status == "INSIDE":
+            return True, where
+        if status == "OUTSIDE":
+            return False, (f"import {mod} resolves to {where}, outside the prepared tree {tree.path} "
+                           f"(an editable install or a PYTHONPATH entry shadows the tree under test)")
+        if status == "MISSING":
+            return False, f"import {mod} cannot be found in the trial's environment (tree {tree.path})"
+        err = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        return False, f"import check of {mod} failed ({'timed out' if res.timed_out else err})"
+
+    # ------------------------------------------------------------------ cache bounds
+    def cache_info(self) -> CacheInfo:
+        """Cache info restricted to this repository."""
+        info = cache_info(self.host)
+        return CacheInfo(root=info.root, repos=tuple(r for r in info.repos if r.path == self.root),
+                         trees=tuple(t for t in info.trees if t.path.startswith(self.trees_dir + "/")))
+
+    def prune(self, *, max_trees: int | None = None, max_bytes: int | None = None,
+              keep: Iterable[str] = (), all: bool = False) -> list[TreeEntry]:
+        """Remove least recently used trees of this repository until at most ``max_trees`` trees
+        and ``max_bytes`` bytes remain (``all=True``: remove every tree). Returns what was removed."""
+        entries = [t for t in _list_trees(self.host, posixpath.dirname(self.root))
+                   if t.path.startswith(self.trees_dir + "/")]
+        victims = _pick_victims(entries, max_trees=max_trees, max_bytes=max_bytes, keep=set(keep), all=all)
+        for t in victims:
+            self.log(f"removing tree {t.key} (last used {time.ctime(t.last_used)})")
+            self._remove_worktree(*self._paths(t.key))
+        return victims
+
+    def _enforce_limits(self, keep: set[str]) -> None:
+        if self.max_trees is None and self.max_bytes is None:
+            return
+        if self.host.is_local and self.max_bytes is None:
+            # Cheap count first: listing markers costs one scandir, no process.
+            n = sum(1 for e in os.scandir(self.trees_dir) if e.name.endswith(".json")
+                    and not e.name.endswith(".build.json"))
+            if n <= (self.max_trees or n):
+                return
+        self.prune(max_trees=self.max_trees, max_bytes=self.max_bytes, keep=keep)
+
+
+def _replace(tree: PreparedTree, **kw) -> PreparedTree:
+    from dataclasses import replace
+    return replace(tree, **kw)
+
+
+_IMPORT_PROBE = r"""
+import importlib.util, os, sys
+mod, root = sys.argv[1], os.path.realpath(sys.argv[2])
+try:
+    spec = importlib.util.find_spec(mod)
+except Exception as e:
+    print("ERROR", repr(e)); sys.exit(3)
+if spec is None:
+    print("MISSING -"); sys.exit(3)
+origin = spec.origin if spec.origin not in (None, "namespace", "built-in", "frozen") else \
+    next(iter(spec.submodule_search_locations or []), None)
+if origin is None:
+    print("OUTSIDE", spec.origin); sys.exit(4)
+real = os.path.realpath(origin)
+inside = os.path.commonpath([real, root]) == root
+print("INSIDE" if inside else "OUTSIDE", real)
+sys.exit(0 if inside else 4)
+"""
+
+
+def _parse_commits(out: str) -> list[CommitInfo]:
+    commits = []
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        sha, subject, author, date, parents = (line.split("\x00") + [""] * 5)[:5]
+        commits.append(CommitInfo(sha=sha, subject=subject, author=author, date=date,
+                                  parents=tuple(parents.split())))
+    return commits
+
+
+def _local_git_toplevel(path: str) -> str | None:
+    """The repository containing ``path`` when it is a git checkout (or bare repo), else None.
+
+    A plain folder that happens to sit inside some other repository is still a plain folder:
+    only a ``.git`` entry in the folder itself (or a bare repository) counts.
+    """
+    p = Path(path)
+    if (p / ".git").exists():
+        return str(p)
+    if (p / "HEAD").is_file() and (p / "objects").is_dir() and (p / "refs").is_dir():
+        return str(p)
+    return None
+
+
+def _local_staging_repo(folder: str) -> str:
+    from .paths import default_cache_dir
+    return str(default_cache_dir() / "staging" / repo_id(os.path.realpath(folder)))
+
+
+# --------------------------------------------------------------------------- cache (all repos)
+def _scan_local(root):
+    """Markers and metadata of every cached repository under ``root`` (runs on the host: for a
+    remote host this function's source is sent to its Python, so it imports what it needs)."""
+    import json
+    import os
+    out = {"repos": [], "trees": []}
+    if not os.path.isdir(root):
+        return out
+    for rid in sorted(os.listdir(root)):
+        base = os.path.join(root, rid)
+        meta = {}
+        try:
+            with open(os.path.join(base, "meta.json")) as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            pass
+        tdir = os.path.join(base, "trees")
+        n = 0
+        names = sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []
+        for name in names:
+            if not name.endswith(".json") or name.endswith(".build.json"):
+                continue
+            p = os.path.join(tdir, name)
+            try:
+                with open(p) as f:
+                    data = json.load(f)
+                mtime = os.stat(p).st_mtime
+            except (OSError, ValueError):
+                continue
+            key = name[:-5]
+            data.update(path=os.path.join(tdir, key), last_used=mtime, repo=meta.get("repo", ""),
+                        built=os.path.exists(os.path.join(tdir, key + ".build.json")), key=key)
+            out["trees"].append(data)
+            n += 1
+        out["repos"].append({"repo": meta.get("repo", ""), "path": base, "trees": n})
+    return out
+
+
+def _scan(host: Host, repos_root: str) -> dict:
+    if host.is_local:
+        return _scan_local(repos_root)
+    import inspect
+    code = inspect.getsource(_scan_local) + "\nimport json, sys\nprint(json.dumps(_scan_local(sys.argv[1])))\n"
+    res = host.python(code, repos_root, timeout_s=120.0)
+    if not res.ok:
+        raise HostCommandError("listing the tree cache", res)
+    return json.loads(res.stdout)
+
+
+def _list_trees(host: Host, repos_root: str) -> list[TreeEntry]:
+    data = _scan(host, repos_root)
+    trees = [TreeEntry(repo=t.get("repo", ""), key=t["key"], path=t["path"], commit=t.get("commit", ""),
+                       tree_hash=t.get("tree_hash", ""), patches=tuple(t.get("patches", [])),
+                       last_used=t["last_used"], size_bytes=t.get("size_bytes"), built=t["built"])
+             for t in data["trees"]]
+    return sorted(trees, key=lambda t: t.last_used)
+
+
+def _pick_victims(entries: list[TreeEntry], *, max_trees, max_bytes, keep: set[str], all: bool) -> list[TreeEntry]:
+    entries = sorted(entries, key=lambda t: t.last_used)          # oldest first
+    if all:
+        return [t for t in entries if t.key not in keep]
+    victims: list[TreeEntry] = []
+    alive = list(entries)
+    total = sum(t.size_bytes or 0 for t in alive)
+    for t in entries:
+        too_many = max_trees is not None and len(alive) > max_trees
+        too_big = max_bytes is not None and total > max_bytes
+        if not (too_many or too_big):
+            break
+        if t.key in keep:
+            continue
+        victims.append(t)
+        alive.remove(t)
+        total -= t.size_bytes or 0
+    return victims
+
+
+def cache_info(host: Host, *, sizes: bool = False) -> CacheInfo:
+    """Every cached repository and tree on ``host`` (for ``bisect-lab cache``), trees least
+    recently used first. ``sizes=True`` measures trees whose size is not recorded (``du``)."""
+    root = posixpath.join(host.cache_root(), "repos")
+    data = _scan(host, root)
+    trees = _list_trees(host, root)
+    if sizes:
+        out = []
+        for t in trees:
+            if t.size_bytes is None:
+                res = host.run(["du", "-sk", t.path], timeout_s=300)
+                try:
+                    t = _replace_entry(t, size_bytes=int(res.stdout.split()[0]) * 1024)
+                except (IndexError, ValueError):
+                    pass
+            out.append(t)
+        trees = out
+    repos = tuple(RepoEntry(repo=r["repo"], path=r["path"], trees=r["trees"]) for r in data["repos"])
+    return CacheInfo(root=host.cache_root(), repos=repos, trees=tuple(trees))
+
+
+def _replace_entry(t: TreeEntry, **kw) -> TreeEntry:
+    from dataclasses import replace
+    return replace(t, **kw)
+
+
+def prune_cache(host: Host, *, max_trees: int | None = None, max_bytes: int | None = None,
+                older_than_s: float | None = None, all: bool = False,
+                log: Callable[[str], None] | None = None) -> list[TreeEntry]:
+    """Remove trees across every cached repository on ``host``: least recently used first until at
+    most ``max_trees`` / ``max_bytes`` remain, plus every tree unused for ``older_than_s`` seconds
+    (``all=True``: every tree). Clone caches are kept. Returns the removed trees."""
+    root = posixpath.join(host.cache_root(), "repos")
+    entries = _list_trees(host, root)
+    victims = _pick_victims(entries, max_trees=max_trees, max_bytes=max_bytes, keep=set(), all=all)
+    if older_than_s is not None:
+        cutoff = time.time() - older_than_s
+        victims += [t for t in entries if t.last_used < cutoff and t not in victims]
+    for t in victims:
+        repo_root = posixpath.dirname(posixpath.dirname(t.path))
+        git_dir = posixpath.join(repo_root, "git")
+        if log:
+            log(f"removing tree {t.path}")
+        host.run(["rm", "-f", t.path + ".json", t.path + ".build.json"], timeout_s=60)
+        host.run(_git("worktree", "remove", "--force", "--force", t.path, git_dir=git_dir), timeout_s=600,
+                 env=GIT_ENV)
+        host.run(["rm", "-rf", t.path], timeout_s=600)
+        host.run(_git("worktree", "prune", git_dir=git_dir), timeout_s=120, env=GIT_ENV)
+    return victims
+
+
+# --------------------------------------------------------------------------- check
+def check_patchset(host: Host, target: Target, patchset: PatchSet, *, ref: str | None = None,
+                   manager: TreeManager | None = None) -> CheckReport:
+    """Check a patch set against the target's base ref without creating any worktree.
+
+    1. each patch applies to the base with what it requires (dependency order);
+    2. the full set applies;
+    3. every pair of patches that touch a common file applies together (patches touching disjoint
+       files cannot conflict, so other pairs are skipped); a failing pair is listed as a conflict
+       naming both patches, the one that failed and the file.
+    Pairs involving a patch that fails alone are not checked (already reported).
+    """
+    tm = manager or TreeManager(host, target, patchset)
+    ref = ref or target.ref or "HEAD"
+    base = tm.resolve(ref)
+    names = patchset.names
+    alone: list[CheckFailure] = []
+    bad: set[str] = set()
+
+    def attempt(selection, kind, label) -> CheckFailure | None:
+        try:
+            tm.apply_check(selection, base)
+            return None
+        except PatchError as e:
+            msg = str(e).split(": ", 1)[-1]
+            return CheckFailure(kind=kind, patches=tuple(label), patch=e.patch or "?", file=e.file, message=msg)
+
+    for n in names:
+        f = attempt([n], "alone", [n])
+        if f:
+            alone.append(f)
+            bad.add(n)
+    full = attempt(list(names), "full-set", names) if names else None
+    conflicts: list[CheckFailure] = []
+    pairs = 0
+    good = [n for n in names if n not in bad and not (closure(patchset, [n]) & bad)]
+    files = {n: {f for m in closure(patchset, [n]) for f in patchset.get(m).files} for n in good}
+    for i, a in enumerate(good):
+        for b in good[i + 1:]:
+            if b in closure(patchset, [a]) or a in closure(patchset, [b]):
+                continue       # already applied together by the "alone" check
+            if not files[a] & files[b]:
+                continue
+            pairs += 1
+            f = attempt([a, b], "pair", [a, b])
+            if f:
+                conflicts.append(f)
+    return CheckReport(ref=ref, base=base, patches=tuple(names), alone=tuple(alone), full_set=full,
+                       conflicts=tuple(conflicts), pairs_checked=pairs)

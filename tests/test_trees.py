@@ -1,0 +1,412 @@
+"""Trees: clone cache, worktrees per arm, reuse, apply errors, builds, import checks, commits.
+
+Real git repositories built in tmp dirs (tests/gitrepos.py), real subprocesses, no mocks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bisect_lab.errors import PatchError, UsageError
+from bisect_lab.hosts.local import LocalHost
+from bisect_lab.model import Target
+from bisect_lab.patchset import load_patchset
+from bisect_lab.trees import (BuildError, PreparedTree, TreeManager, apply_error, cache_info,
+                              check_patchset, prune_cache)
+from gitrepos import (GitRepo, PatchSpec, dirty_checkout_with_stash, git, linear_repo, merge_repo,
+                      plain_folder, snapshot, write_patchset)
+
+
+class NonLocalHost(LocalHost):
+    """The local machine driven through the *remote* code paths of trees.py (bundle shipping,
+    patch copying, cache listing through the host's Python): a real host, not a mock."""
+
+    is_local = False
+    name = "pseudo-remote"
+
+
+def a_lines(**changes) -> str:
+    lines = [f"A{i} = {i}\n" for i in range(20)]
+    for k, v in changes.items():
+        lines[int(k[1:])] = v
+    return "".join(lines)
+
+
+@pytest.fixture
+def host(tmp_path):
+    return LocalHost(cache_dir=tmp_path / "cache")
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A linear repo plus a patch set: fix-a (a.py line 1), fix-b (b.py), dep-on-a (requires fix-a,
+    edits the line fix-a wrote), clash (a.py line 1 differently: conflicts with fix-a)."""
+    repo = linear_repo(tmp_path / "src", n_commits=3)
+    fa = repo.patch({"pkg/a.py": a_lines(A1="A1 = 'patched'\n")})
+    fb = repo.patch({"pkg/b.py": (repo.path / "pkg/b.py").read_text().replace("B3 = 3", "B3 = 33")})
+    # dep-on-a is made on top of fix-a: it only applies after it.
+    repo.write({"pkg/a.py": a_lines(A1="A1 = 'patched'\n")})
+    repo.git("add", "-A")
+    repo.git("commit", "-qm", "tmp")
+    dep = repo.patch({"pkg/a.py": a_lines(A1="A1 = 'patched twice'\n")})
+    repo.git("reset", "-q", "--hard", "HEAD~1")
+    clash = repo.patch({"pkg/a.py": a_lines(A1="A1 = 'clash'\n")})
+    # Manifest order lists dep-on-a first: dependency order must still apply fix-a before it.
+    ps_dir = write_patchset(tmp_path / "ps", [
+        PatchSpec("dep-on-a", dep, requires=("fix-a",)),
+        PatchSpec("fix-a", fa, aliases=("a",)),
+        PatchSpec("fix-b", fb),
+        PatchSpec("clash", clash),
+    ])
+    return repo, load_patchset(ps_dir)
+
+
+def manager(host, repo, ps=None, **kw) -> TreeManager:
+    target = kw.pop("target", None) or Target(repo=str(repo.path if hasattr(repo, "path") else repo), ref="main")
+    return TreeManager(host, target, ps, **kw)
+
+
+def worktrees(tm: TreeManager) -> list[str]:
+    out = git(tm.git_dir, "worktree", "list", "--porcelain")
+    return [l.split(" ", 1)[1] for l in out.splitlines() if l.startswith("worktree ")][1:]
+
+
+def git_tree_of(path: str) -> str:
+    """Tree id of a folder's content, computed independently of trees.py."""
+    env = {"GIT_INDEX_FILE": str(Path(path).parent / "verify.index")}
+    try:
+        git(path, "add", "-A", env=env)
+        return git(path, "write-tree", env=env)
+    finally:
+        Path(env["GIT_INDEX_FILE"]).unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- prepare / reuse
+def test_prepare_applies_patches_and_records_tree_hash(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    t = tm.prepare(["fix-a", "fix-b"])
+    assert isinstance(t, PreparedTree) and not t.reused
+    assert t.commit == repo.head("main")
+    assert "A1 = 'patched'" in Path(t.path, "pkg/a.py").read_text()
+    assert "B3 = 33" in Path(t.path, "pkg/b.py").read_text()
+    assert t.tree_hash == git_tree_of(t.path)
+    assert t.patch_hashes == {"fix-a": ps.get("fix-a").sha256, "fix-b": ps.get("fix-b").sha256}
+    assert tm.verify(t)
+    clean = tm.prepare([])
+    assert clean.tree_hash == git(repo.path, "rev-parse", "main^{tree}")
+    assert clean.path != t.path
+
+
+def test_reuse_is_keyed_by_content_and_survives_a_new_manager(host, world, tmp_path):
+    repo, ps = world
+    t1 = manager(host, repo, ps).prepare(["fix-b", "fix-a"])
+    t2 = manager(host, repo, ps).prepare(["fix-a", "fix-b"])       # another campaign, other order
+    assert t2.reused and t2.path == t1.path and t2.tree_hash == t1.tree_hash
+    # Same content under another name: same key. Changed content: new tree.
+    renamed = write_patchset(tmp_path / "ps2", [PatchSpec("renamed-a", ps.get("fix-a").path.read_text())])
+    t3 = manager(host, repo, load_patchset(renamed)).prepare(["renamed-a"])
+    again = manager(host, repo, ps).prepare(["fix-a"])
+    assert not t3.reused and again.reused and again.key == t3.key and again.patches == ("fix-a",)
+    # Another base commit: another tree.
+    t4 = manager(host, repo, ps).prepare(["fix-a"], commit=repo.head("main~1"))
+    assert t4.key != t3.key and not t4.reused and t4.commit == repo.head("main~1")
+
+
+def test_reuse_runs_no_git_process_and_is_fast(host, world, monkeypatch):
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    tm.prepare(["fix-a", "fix-b"])
+    calls = []
+    real_run = host.run
+    monkeypatch.setattr(host, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
+    t0 = time.perf_counter()
+    for _ in range(20):
+        assert tm.prepare(["fix-a", "fix-b"]).reused
+    per_call = (time.perf_counter() - t0) / 20
+    assert calls == [] and per_call < 0.05
+
+
+def test_dependency_order_and_closure(host, world):
+    repo, ps = world
+    t = manager(host, repo, ps).prepare(["dep-on-a"])      # fix-a comes with it, applied first
+    assert t.patches == ("fix-a", "dep-on-a")
+    assert "A1 = 'patched twice'" in Path(t.path, "pkg/a.py").read_text()
+
+
+def test_unknown_patch_and_ref_are_one_line_usage_errors(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    with pytest.raises(UsageError, match="unknown patch 'nope'.*fix-a"):
+        tm.prepare(["nope"])
+    with pytest.raises(UsageError, match="unknown ref 'no-such-branch'") as e:
+        tm.resolve("no-such-branch")
+    assert "\n" not in str(e.value)
+
+
+def test_conflicting_patch_names_patch_and_file_and_leaves_nothing(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    for _ in range(2):                                   # the second try is not a reuse either
+        with pytest.raises(PatchError) as e:
+            tm.prepare(["fix-a", "clash"])
+        assert e.value.patch == "clash" and e.value.file == "pkg/a.py"
+        assert "clash" in str(e.value) and "pkg/a.py" in str(e.value) and "\n" not in str(e.value)
+    assert worktrees(tm) == []
+    assert [p.name for p in Path(tm.trees_dir).iterdir()] == []
+    assert list(Path(tm.root, "tmp").iterdir()) == []     # no temporary index left either
+
+
+def test_half_prepared_tree_is_discarded_not_reused(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    t = tm.prepare(["fix-a"])
+    # Simulate a crash before the marker was written: folder present, marker missing, junk inside.
+    Path(t.path + ".json").unlink()
+    Path(t.path, "pkg/a.py").write_text("half applied\n")
+    again = manager(host, repo, ps).prepare(["fix-a"])
+    assert not again.reused and again.path == t.path
+    assert "A1 = 'patched'" in Path(again.path, "pkg/a.py").read_text()
+    assert worktrees(tm) == [t.path]
+
+
+def test_deleted_tree_folder_is_recreated(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    t = tm.prepare(["fix-b"])
+    subprocess.run(["rm", "-rf", t.path, t.path + ".json"], check=True)
+    again = manager(host, repo, ps).prepare(["fix-b"])
+    assert not again.reused and Path(again.path, "pkg/b.py").exists()
+
+
+def test_fetch_follows_a_moving_branch(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    first = tm.resolve("main")
+    new = repo.commit("moved", {"log.txt": "moved\n"})
+    assert tm.resolve("main") == first                 # cached within one manager...
+    tm.fetch()
+    assert tm.resolve("main") == new == tm.resolve("origin/main")   # ...until fetch()
+    assert manager(host, repo, ps).resolve("main") == new         # a new manager fetches once
+    assert tm.resolve(new[:10]) == new and tm.resolve("main~1") == first
+
+
+def test_head_means_the_users_checked_out_commit(host, tmp_path):
+    repo = linear_repo(tmp_path / "src", n_commits=3)
+    repo.git("checkout", "-q", "--detach", "HEAD~1")
+    tm = TreeManager(host, Target(repo=str(repo.path), ref="HEAD"))
+    assert tm.resolve() == repo.head("HEAD") != repo.head("main")
+
+
+# --------------------------------------------------------------------------- plain folder / remote
+def test_plain_folder_is_imported_by_content(host, tmp_path):
+    folder = plain_folder(tmp_path / "plain")
+    target = Target(repo=str(folder), ref="HEAD")
+    tm = TreeManager(host, target)
+    t1 = tm.prepare([])
+    assert Path(t1.path, "pkg/a.py").read_text() == "A = 1\n"
+    (folder / "pkg/a.py").write_text("A = 2\n")
+    tm.fetch()
+    t2 = tm.prepare([])
+    assert t2.commit != t1.commit and Path(t2.path, "pkg/a.py").read_text() == "A = 2\n"
+    (folder / "pkg/a.py").write_text("A = 1\n")          # back to the first content: same commit
+    t3 = TreeManager(host, target).prepare([])
+    assert t3.commit == t1.commit and t3.reused
+    assert not (folder / ".git").exists()
+
+
+def test_remote_code_path_ships_bundle_and_patches(tmp_path, world):
+    repo, ps = world
+    host = NonLocalHost(cache_dir=tmp_path / "remote-cache")
+    tm = manager(host, repo, ps)
+    t = tm.prepare(["dep-on-a", "fix-b"])
+    assert "A1 = 'patched twice'" in Path(t.path, "pkg/a.py").read_text()
+    assert sorted(p.name for p in Path(tm.root, "patches").iterdir()) == sorted(
+        f"{ps.get(n).sha256}.patch" for n in ("fix-a", "dep-on-a", "fix-b"))
+    assert not Path(tm.root, "incoming.bundle").exists()
+    assert manager(host, repo, ps).prepare(["fix-b", "dep-on-a"]).reused
+    with pytest.raises(PatchError, match="clash.*pkg/a.py"):
+        tm.prepare(["fix-a", "clash"])
+    info = cache_info(host)
+    assert [r.repo for r in info.repos] == [str(repo.path)] and len(info.trees) == 1
+    # Plain folder on a remote host: imported locally, shipped as a bundle.
+    folder = plain_folder(tmp_path / "plain")
+    os.environ["BISECT_LAB_CACHE"] = str(tmp_path / "local-cache")
+    try:
+        tf = TreeManager(host, Target(repo=str(folder))).prepare([])
+    finally:
+        del os.environ["BISECT_LAB_CACHE"]
+    assert Path(tf.path, "README").read_text() == "plain folder\n"
+
+
+# --------------------------------------------------------------------------- cache bounds
+def test_lru_pruning_by_count_and_cache_commands(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps, max_trees=2)
+    ta = tm.prepare(["fix-a"])
+    time.sleep(0.02)
+    tb = tm.prepare(["fix-b"])
+    time.sleep(0.02)
+    assert tm.prepare(["fix-a"]).reused                  # fix-a is now the most recently used
+    time.sleep(0.02)
+    tc = tm.prepare([])                                    # third tree: fix-b (LRU) goes
+    assert not Path(tb.path).exists() and not Path(tb.path + ".json").exists()
+    assert Path(ta.path).is_dir() and Path(tc.path).is_dir()
+    assert sorted(worktrees(tm)) == sorted([ta.path, tc.path])
+    info = tm.cache_info()
+    assert [t.key for t in info.trees] == [ta.key, tc.key]      # least recently used first
+    assert info.trees[0].patches == ("fix-a",) and info.repos[0].trees == 2
+    removed = prune_cache(host, max_trees=1)
+    assert [t.key for t in removed] == [ta.key] and worktrees(tm) == [tc.path]
+    assert tm.prune(all=True)[0].key == tc.key and worktrees(tm) == []
+    assert not tm.prepare(["fix-b"]).reused                # pruned trees are rebuilt
+
+
+def test_lru_pruning_by_bytes(host, world):
+    repo, ps = world
+    tm = manager(host, repo, ps, max_trees=None, max_bytes=1)   # every new tree evicts older ones
+    t1 = tm.prepare(["fix-a"])
+    t2 = tm.prepare(["fix-b"])
+    assert not Path(t1.path).exists() and Path(t2.path).is_dir()
+    assert cache_info(host).trees[0].size_bytes > 0
+
+
+# --------------------------------------------------------------------------- build / env
+def test_build_runs_once_per_tree_and_failure_is_reported(host, world, tmp_path):
+    repo, ps = world
+    counter = tmp_path / "builds.txt"
+    target = Target(repo=str(repo.path), ref="main", build=f"echo \"$PWD\" >> '{counter}' && touch built.flag")
+    t = TreeManager(host, target, ps).prepare(["fix-a"])
+    assert t.built and Path(t.path, "built.flag").exists()
+    assert TreeManager(host, target, ps).prepare(["fix-a"]).built
+    TreeManager(host, target, ps).prepare(["fix-b"])
+    assert counter.read_text().splitlines() == [t.path, TreeManager(host, target, ps).prepare(["fix-b"]).path]
+    bad = Target(repo=str(repo.path), ref="main", build="echo compiling; echo 'fatal: no nvcc' >&2; exit 3")
+    tm = TreeManager(host, bad, ps)
+    for _ in range(2):
+        with pytest.raises(BuildError, match="no nvcc") as e:
+            tm.prepare(["clash"])
+        assert "exit 3" in str(e.value) and "compiling" in e.value.output_tail
+    assert not Path(tm.trees_dir, tm.prepare(["clash"], build=False).key + ".build.json").exists()
+
+
+def test_import_check_catches_a_shadowing_install(host, world, tmp_path):
+    repo, ps = world
+    target = Target(repo=str(repo.path), ref="main", pythonpath=(".",), import_check="pkg")
+    tm = TreeManager(host, target, ps)
+    t = tm.prepare(["fix-a"])
+    env = tm.pythonpath_env(t)
+    assert env == {"PYTHONPATH": t.path}
+    ok, where = tm.import_check(t, env)
+    assert ok and where == os.path.realpath(os.path.join(t.path, "pkg", "__init__.py"))
+    # The user's checkout first on the path (what an editable install does): must be caught.
+    ok, msg = tm.import_check(t, {"PYTHONPATH": f"{repo.path}:{t.path}"}, cwd=str(tmp_path))
+    assert not ok and str(repo.path / "pkg") in msg and "outside the prepared tree" in msg
+    # A .pth file in site-packages (the editable-install mechanism) shadowing the tree.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "editable.pth").write_text(str(repo.path) + "\n")
+    ok, msg = tm.import_check(t, {"PYTHONPATH": None}, cwd=str(tmp_path),
+                              python=_python_with_site(tmp_path, site))
+    assert not ok and str(repo.path) in msg
+    missing = TreeManager(host, Target(repo=str(repo.path), ref="main", import_check="nothere"), ps)
+    ok, msg = missing.import_check(t, {})
+    assert not ok and "cannot be found" in msg
+    assert tm.pythonpath_env(t, inherited="/x") == {"PYTHONPATH": f"{t.path}:/x"}
+
+
+def _python_with_site(tmp_path, site) -> str:
+    """An interpreter whose site dirs include ``site`` (so its .pth files are processed), the way
+    a virtualenv with an editable install behaves. Called as ``py -c CODE ARGS...``."""
+    wrapper = tmp_path / "py"
+    inner = (f"import site, sys; site.addsitedir({str(site)!r}); code = sys.argv[2]; "
+             "sys.argv = sys.argv[:1] + sys.argv[3:]; exec(compile(code, '-c', 'exec'))")
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"{inner}\" \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+# --------------------------------------------------------------------------- commits
+def test_commits_between_with_merges(host, tmp_path):
+    repo, c = merge_repo(tmp_path / "merges")
+    tm = TreeManager(host, Target(repo=str(repo.path), ref="main"))
+    commits = tm.commits_between(c["G"], c["M3"])
+    shas = [x.sha for x in commits]
+    label = {v: k for k, v in c.items()}
+    assert sorted(label[s] for s in shas) == sorted(["M1", "M2", "S1", "S2", "S3", "MERGE", "M3"])
+    pos = {s: i for i, s in enumerate(shas)}
+    for x in commits:                                        # parents always come first
+        for p in x.parents:
+            if p in pos:
+                assert pos[p] < pos[x.sha]
+    assert shas[-1] == c["M3"]
+    merge = commits[pos[c["MERGE"]]]
+    assert merge.is_merge and merge.subject == "MERGE side" and set(merge.parents) == {c["M2"], c["S3"]}
+    info = tm.commit_info(c["S2"])
+    assert info.subject == "S2" and info.author == "Test Author <author@example.com>" and info.date.startswith("2024-01-01")
+    # good on the side branch: main commits before the merge are still candidates (git bisect's set)
+    assert {label[x.sha] for x in tm.commits_between(c["S3"], c["M3"])} == {"M1", "M2", "MERGE", "M3"}
+    assert tm.is_ancestor(c["S1"], c["MERGE"]) and not tm.is_ancestor(c["S1"], c["M2"])
+    # Trees can be prepared on a side-branch commit.
+    assert Path(tm.prepare([], commit=c["S2"]).path, "S2.txt").exists()
+
+
+# --------------------------------------------------------------------------- check
+def test_check_patchset_reports_alone_full_set_and_pairs(host, world, tmp_path):
+    repo, ps = world
+    target = Target(repo=str(repo.path), ref="main")
+    rep = check_patchset(host, target, ps)
+    assert not rep.ok and rep.alone == ()
+    assert [(f.patches, f.patch, f.file) for f in rep.conflicts] == [
+        (("dep-on-a", "clash"), "clash", "pkg/a.py"), (("fix-a", "clash"), "clash", "pkg/a.py")]
+    assert rep.full_set.patch == "clash" and rep.full_set.file == "pkg/a.py"
+    assert any("conflict: fix-a + clash" in l for l in rep.lines())
+    # A patch that does not apply alone (made against other content).
+    stale = repo.patch({"pkg/b.py": "something else\n"}, base="main").replace("B0 = 0", "B0 = nope")
+    ps2 = load_patchset(write_patchset(tmp_path / "ps-stale", [
+        PatchSpec("fix-b", ps.get("fix-b").path.read_text()), PatchSpec("stale", stale)]))
+    rep2 = check_patchset(host, target, ps2)
+    assert [(f.patch, f.file) for f in rep2.alone] == [("stale", "pkg/b.py")] and rep2.conflicts == ()
+    good = load_patchset(write_patchset(tmp_path / "ps-good", [
+        PatchSpec("fix-a", ps.get("fix-a").path.read_text()), PatchSpec("fix-b", ps.get("fix-b").path.read_text())]))
+    rep3 = check_patchset(host, target, good)
+    assert rep3.ok and rep3.pairs_checked == 0 and "all apply" in rep3.lines()[0]
+    tm = TreeManager(host, target, ps)
+    assert worktrees(tm) == []                             # checking creates no worktree
+
+
+def test_apply_error_parsing():
+    assert apply_error("error: patch failed: a/b.py:12\nerror: a/b.py: patch does not apply\n") == (
+        "a/b.py", "patch does not apply")
+    assert apply_error("error: x.py: does not exist in index\n") == ("x.py", "does not exist in index")
+    assert apply_error("error: No valid patches in input (allow with \"--allow-empty\")\n")[0] is None
+
+
+# --------------------------------------------------------------------------- the user's checkout
+def test_users_checkout_is_never_modified(host, tmp_path):
+    repo = dirty_checkout_with_stash(tmp_path / "user")
+    patch = repo.patch({"pkg/b.py": "B = 'from a patch'\n"})
+    ps = load_patchset(write_patchset(tmp_path / "ps", [PatchSpec("p", patch)]))
+    before = snapshot(repo.path)
+    assert before["stash"] and "stashed experiment" in before["stash"]
+    assert ".git/index" in before["files"] and ".git/refs/stash" in before["files"]
+    target = Target(repo=str(repo.path), ref="HEAD", pythonpath=(".",), import_check="pkg")
+    tm = TreeManager(host, target, ps)
+    t = tm.prepare(["p"])
+    tm.fetch()
+    assert tm.import_check(t)[0]
+    check_patchset(host, target, ps)
+    TreeManager(NonLocalHost(cache_dir=tmp_path / "remote"), target, ps).prepare(["p"])
+    from bisect_lab.capture import capture
+    capture(repo.path, tmp_path / "captured")
+    capture(repo.path, tmp_path / "captured-range", range="HEAD~1..HEAD")
+    assert snapshot(repo.path) == before
+    # The tree holds the committed HEAD + patch, none of the uncommitted changes.
+    assert not Path(t.path, "pkg/new_feature.py").exists()
+    assert Path(t.path, "pkg/b.py").read_text() == "B = 'from a patch'\n"
