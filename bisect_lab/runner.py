@@ -80,8 +80,8 @@ class HostWorker:
     def trial_env(self, arm: Arm, tree) -> dict[str, str | None]:
         env: dict[str, str | None] = dict(self.exp.env)
         env.update(arm.env_dict)
-        pp = self.trees.pythonpath_env(tree, env)
-        env.update(pp)
+        # Tree folders first; a PYTHONPATH the experiment or arm sets comes after them.
+        env.update(self.trees.pythonpath_env(tree, env.get("PYTHONPATH")))
         return env
 
     def expected_env(self, arm: Arm) -> dict[str, str | None]:
@@ -146,10 +146,8 @@ class HostWorker:
             rc = None
             timed_out = False
             try:
+                waits = iter((0.03, 0.07, 0.1))     # sample early too: short benchmarks exit fast
                 while True:
-                    rc = proc.wait(_ENV_SAMPLE_S)
-                    if rc is not None:
-                        break
                     pids = proc.descendants()
                     self.owned_pids.update(pids)
                     try:
@@ -161,10 +159,14 @@ class HostWorker:
                         extra["killed"] = [vars(k) for k in killed]
                         timed_out = True
                         break
+                    rc = proc.wait(next(waits, _ENV_SAMPLE_S))
+                    if rc is not None:
+                        break
             except BaseException:
                 proc.kill_tree()      # Ctrl-C: never leave workers holding the GPU
                 raise
             bench_s = time.monotonic() - bench_t0
+            self._prune_owned()
             stdout, stderr = proc.output()
             extra["benchmark_s"] = bench_s
             env_report = sampler.report()
@@ -195,6 +197,20 @@ class HostWorker:
             return TrialOutcome(result, extra, fp_data)
         except HostError as e:
             return fail(TrialStatus.HOST_ERROR, str(e))
+
+    def _prune_owned(self) -> None:
+        """Forget pids that have exited, so a recycled pid is never taken for ours."""
+        if not self.owned_pids:
+            return
+        if self.host.is_local:
+            import psutil
+            self.owned_pids = {p for p in self.owned_pids if psutil.pid_exists(p)}
+            return
+        pids = ",".join(str(p) for p in sorted(self.owned_pids))
+        res = self.host.run(["ps", "-o", "pid=", "-p", pids], timeout_s=30)
+        alive = {int(x) for x in res.stdout.split() if x.isdigit()}
+        if res.returncode in (0, 1):
+            self.owned_pids &= alive
 
     def _fingerprint(self, tree, env, gpu_before, extra) -> tuple[str | None, dict | None, list[str]]:
         from . import fingerprint as fpmod

@@ -38,7 +38,7 @@ def env_propagation(trials: list[TrialResult]) -> dict:
     """Per env var, over every trial: in how many benchmark processes it had the expected value."""
     agg: dict[str, dict] = {}
     for t in trials:
-        for entry in (t.env_report or {}).get("vars", []):
+        for entry in (t.env_report or {}).get("entries", []):
             var = entry.get("var")
             a = agg.setdefault(var, {"var": var, "expected": entry.get("expected"), "matched": 0, "total": 0,
                                      "trials": 0, "trials_incomplete": 0, "arms": set()})
