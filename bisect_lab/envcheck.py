@@ -106,7 +106,16 @@ class EnvReport:
         """True when every expected variable reached every sampled process."""
         return all(e.ok for e in self.entries)
 
+    def summary(self) -> str:
+        """One line for progress output, e.g. ``env: 1 of 2 vars reached all 9 processes``."""
+        if not self.entries:
+            return "env: nothing to check"
+        total = max(e.total for e in self.entries)
+        good = sum(e.ok for e in self.entries)
+        return f"env: {good} of {len(self.entries)} vars reached all {total} processes"
+
     def get(self, var: str) -> EnvVarCheck:
+        """The check of ``var``; :class:`KeyError` if the arm did not set or unset it."""
         for e in self.entries:
             if e.var == var:
                 return e

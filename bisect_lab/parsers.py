@@ -11,6 +11,30 @@ metrics with the keys of SGLang's own result JSON (``output_throughput``,
 ``median_ttft_ms``, ``accept_length``...), so a metric means the same thing
 whether it came from the printed table or from ``--output-file``.
 
+Metric names per builtin parser:
+
+- ``sglang-bench-serving``: ``output_throughput``, ``request_throughput``,
+  ``input_throughput``, ``total_throughput`` (from "Total token", "Total Token"
+  or "Total throughput"), ``accept_length``, ``completed``, ``duration``,
+  ``concurrency``, ``request_rate`` (``inf`` allowed), ``max_concurrency``,
+  ``total_input_tokens``, ``total_output_tokens``, ``max_output_tokens_per_s``,
+  ``{mean,median,std,p90,p95,p99,max}_{ttft,tpot,itl,e2e_latency}_ms`` as
+  printed, plus every numeric key of the last ``--output-file`` JSON line
+  (which wins over the rounded table). Unknown rows keep a slug of their label.
+- ``sglang-bench-one-batch``: ``prefill_latency_s``, ``prefill_throughput``,
+  ``decode_median_latency_s``, ``decode_median_throughput``,
+  ``total_latency_s``, ``total_throughput``, and SGLang's JSON names for the
+  same numbers (``prefill_latency``, ``median_decode_latency``,
+  ``median_decode_throughput``, ``total_latency``, ``overall_throughput``).
+- ``sglang-bench-one-batch-server``: ``output_throughput``,
+  ``last_gen_throughput``, ``input_throughput``, ``latency``, ``ttft``,
+  ``last_ttft``, ``acc_length`` (= ``accept_length``), ``cache_hit_rate``,
+  ``decode_latency``, ``tpot``, ``batch_size``, ``input_len``, ``output_len``.
+- ``sglang-server-log``: ``gen_throughput`` and ``accept_length`` (medians over
+  decode log lines), ``cuda_graph`` (fraction of decode lines with
+  ``cuda graph: True``: 1.0 / 0.0 normally), ``decode_log_lines``.
+- ``regex``: the keys of ``patterns``. ``json``: dotted paths of numeric leaves.
+
 Public API: :func:`parse`, :func:`validate`, :data:`PARSERS`,
 :class:`ParseError`, :class:`ParserConfigError`.
 """

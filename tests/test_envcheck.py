@@ -88,6 +88,7 @@ def test_clean_worker_environment_is_caught(tmp_path, monkeypatch, use_psutil):
     assert set(proto.missing_pids) == {w["w1"], w["w2"]}
     assert algo.matched == 4 and algo.missing_pids == (w["w3"],)
     assert not report.ok and not proto.ok
+    assert report.summary() == "env: 0 of 2 vars reached all 5 processes"
     cmd_of = dict(report.processes)
     assert "worker.py" in cmd_of[w["w1"]] and "worker.py" in cmd_of[w["w2"]]
     assert cmd_of[w["w2"]].split()[0] == sys.executable   # env -i exec'ed: the final image counts
@@ -106,6 +107,7 @@ def test_everything_propagates(tmp_path, monkeypatch, use_psutil):
                               env=expected)
     assert report.ok, report.warnings
     assert report.warnings == ()
+    assert report.summary() == "env: 3 of 3 vars reached all 5 processes"
     assert [(e.var, e.matched, e.total) for e in report.entries] == [
         ("NCCL_ALGO", 5, 5), ("NCCL_P2P_LEVEL", 5, 5), ("NCCL_PROTO", 5, 5)]
 
