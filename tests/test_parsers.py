@@ -77,6 +77,14 @@ def test_bench_serving_last_block_wins_and_line_prefix_is_stripped():
     assert m["median_ttft_ms"] == 130.66             # not the first block's 88.10
 
 
+def test_bench_offline_throughput_block_has_the_same_shape():
+    m = parse("sglang-bench-serving", text("bench_serving_offline_throughput.txt"),
+              metric="output_throughput")
+    assert m["output_throughput"] == 2545.27
+    assert m["last_gen_throughput"] == 6692.56
+    assert m["total_throughput"] == 12891.78
+
+
 def test_bench_serving_label_order_does_not_matter():
     lines = text("bench_serving_v0.4.txt").splitlines()
     start = next(i for i, l in enumerate(lines) if "Serving Benchmark Result" in l)
