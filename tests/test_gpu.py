@@ -292,7 +292,8 @@ def test_flags_off_norm_trials():
     assert res.flags[10] == ()
     assert res.flagged() == [8, 9]
     assert any("sw_power_cap" in d and "1410" in d for d in res.details[8])
-    assert res.norm[("gpu1", 0)]["sm_clock_mhz"] == 1980
+    assert res.norm[("gpu1", 0, 1)]["sm_clock_mhz"] == 1980
+    assert res.norm[("gpu1", 0, 0)]["sm_clock_mhz"] == 1980     # the idle 345 MHz reading is left out
 
 
 def test_flags_when_throttling_is_the_norm():
@@ -300,9 +301,20 @@ def test_flags_when_throttling_is_the_norm():
     trials = {t: [_snap(1755, throttle=0x4)] for t in range(6)}
     trials[6] = [_snap(1755, throttle=0x4 | 0x40, temp=90)]
     res = flag_trials(trials)
-    assert res.norm[("gpu1", 0)]["throttle"] == ("sw_power_cap",)
+    assert res.norm[("gpu1", 0, 0)]["throttle"] == ("sw_power_cap",)
     assert res.flagged() == [6] and res.flags[6] == (THROTTLED,)
     assert "hw_thermal" in res.details[6][0]
+
+
+def test_flags_compare_like_with_like():
+    """Under load every run is power capped at 1755 MHz and back at 1980 MHz just after:
+    that is the norm of each phase, not a difference between trials. Phases may be named."""
+    trials = {t: {"load": _snap(1755, throttle=0x4), "after": _snap(1980)} for t in range(5)}
+    trials["cool"] = {"load": _snap(1980), "after": _snap(1980)}
+    res = flag_trials(trials)
+    assert res.flagged() == ["cool"] and res.flags["cool"] == (CLOCK_DIFFERS,)
+    assert res.details["cool"] == ("gpu1 gpu0 load: SM clock 1980 MHz vs norm 1755 MHz",)
+    assert res.norm[("gpu1", 0, "after")]["throttle"] == ()
 
 
 def test_flags_nothing_without_gpus():

@@ -18,13 +18,13 @@ class TrialFlags:
 
     ``flags[key]`` is a tuple of flag names (``clock-differs``, ``throttled``) for
     every trial key given; ``details[key]`` says why in words; ``norm`` is the
-    campaign's norm per ``(host, gpu index)``: median SM clock under load, max SM
-    clock, and the throttle reasons most trials share.
+    campaign's norm per ``(host, gpu index, phase)``: median SM clock of non-idle
+    readings, max SM clock, and the throttle reasons most trials share.
     """
 
     flags: Mapping[Hashable, tuple[str, ...]]
     details: Mapping[Hashable, tuple[str, ...]]
-    norm: Mapping[tuple[str, int], Mapping[str, object]]
+    norm: Mapping[tuple[str, int, Hashable], Mapping[str, object]]
 
     def flagged(self) -> list[Hashable]:
         return [k for k, v in self.flags.items() if v]
@@ -34,11 +34,20 @@ def _perf(g) -> frozenset[str]:
     return frozenset(g.perf_throttle)
 
 
-def flag_trials(trials: Mapping[Hashable, Sequence[GpuSnapshot | None]], *,
+def _phases(snaps) -> list[tuple[Hashable, GpuSnapshot]]:
+    items = snaps.items() if isinstance(snaps, Mapping) else enumerate(snaps)
+    return [(ph, s) for ph, s in items if s is not None]
+
+
+def flag_trials(trials: Mapping[Hashable, Sequence[GpuSnapshot | None] | Mapping[str, GpuSnapshot | None]], *,
                 clock_tolerance: float = 0.05) -> TrialFlags:
     """Compare each trial's GPU snapshots (e.g. before and after) with the campaign norm.
 
-    ``trials`` maps a trial key to its snapshots. Per ``(host, gpu)``:
+    ``trials`` maps a trial key to its snapshots, either a sequence (position is
+    the phase: ``[before, after]``) or a mapping ``{"before": s, "after": s}``.
+    Readings are compared like with like: per ``(host, gpu, phase)``, because a
+    GPU right after a benchmark and one under load run at different clocks by
+    design. Per ``(host, gpu, phase)``:
 
     * ``clock-differs``: an *active* reading (one whose throttle reasons do not
       include ``gpu_idle``; an idle GPU parks at ~345 MHz by design) has an SM
@@ -52,32 +61,31 @@ def flag_trials(trials: Mapping[Hashable, Sequence[GpuSnapshot | None]], *,
 
     Snapshots without GPUs are ignored, so a GPU-less campaign flags nothing.
     """
-    active: dict[tuple[str, int], list[float]] = defaultdict(list)
-    maxclk: dict[tuple[str, int], Counter] = defaultdict(Counter)
-    throttles: dict[tuple[str, int], Counter] = defaultdict(Counter)
-    trials_per_gpu: Counter = Counter()
+    Key = tuple  # (host, gpu index, phase)
+    active: dict[Key, list[float]] = defaultdict(list)
+    maxclk: dict[Key, Counter] = defaultdict(Counter)
+    throttles: dict[Key, Counter] = defaultdict(Counter)
+    trials_per: Counter = Counter()
     for key, snaps in trials.items():
-        seen_reasons: dict[tuple[str, int], set[str]] = defaultdict(set)
-        seen_gpus: set[tuple[str, int]] = set()
-        for s in snaps:
-            if s is None:
-                continue
+        seen_reasons: dict[Key, set[str]] = defaultdict(set)
+        seen: set[Key] = set()
+        for ph, s in _phases(snaps):
             for g in s.gpus:
-                gk = (s.host, g.index)
-                seen_gpus.add(gk)
+                gk = (s.host, g.index, ph)
+                seen.add(gk)
+                # An idle GPU parks its clock (~345 MHz on an H200): not a condition of the run.
                 if g.sm_clock_mhz is not None and not g.idle_state:
                     active[gk].append(float(g.sm_clock_mhz))
                 if g.sm_clock_max_mhz is not None:
                     maxclk[gk][float(g.sm_clock_max_mhz)] += 1
                 seen_reasons[gk] |= _perf(g)
-        for gk in seen_gpus:
-            trials_per_gpu[gk] += 1
+        for gk in seen:
+            trials_per[gk] += 1
             for r in seen_reasons[gk]:
                 throttles[gk][r] += 1
 
-    norm: dict[tuple[str, int], dict[str, object]] = {}
-    for gk in trials_per_gpu:
-        n = trials_per_gpu[gk]
+    norm: dict[Key, dict[str, object]] = {}
+    for gk, n in trials_per.items():
         norm[gk] = {
             "sm_clock_mhz": statistics.median(active[gk]) if active[gk] else None,
             "sm_clock_max_mhz": maxclk[gk].most_common(1)[0][0] if maxclk[gk] else None,
@@ -90,25 +98,24 @@ def flag_trials(trials: Mapping[Hashable, Sequence[GpuSnapshot | None]], *,
     for key, snaps in trials.items():
         f: set[str] = set()
         why: list[str] = []
-        for s in snaps:
-            if s is None:
-                continue
+        for ph, s in _phases(snaps):
             for g in s.gpus:
-                nm = norm[(s.host, g.index)]
+                nm = norm[(s.host, g.index, ph)]
+                where = f"{s.host} gpu{g.index} {ph if isinstance(ph, str) else f'snapshot {ph}'}"
                 ref = nm["sm_clock_mhz"]
                 if (ref and g.sm_clock_mhz is not None and not g.idle_state
                         and abs(g.sm_clock_mhz - ref) > clock_tolerance * ref):
                     f.add(CLOCK_DIFFERS)
-                    why.append(f"{s.host} gpu{g.index}: SM clock {g.sm_clock_mhz:.0f} MHz vs norm {ref:.0f} MHz")
+                    why.append(f"{where}: SM clock {g.sm_clock_mhz:.0f} MHz vs norm {ref:.0f} MHz")
                 if (nm["sm_clock_max_mhz"] is not None and g.sm_clock_max_mhz is not None
                         and g.sm_clock_max_mhz != nm["sm_clock_max_mhz"]):
                     f.add(CLOCK_DIFFERS)
-                    why.append(f"{s.host} gpu{g.index}: max SM clock {g.sm_clock_max_mhz:.0f} MHz "
+                    why.append(f"{where}: max SM clock {g.sm_clock_max_mhz:.0f} MHz "
                                f"vs norm {nm['sm_clock_max_mhz']:.0f} MHz")
                 extra = _perf(g) - set(nm["throttle"])
                 if extra:
                     f.add(THROTTLED)
-                    why.append(f"{s.host} gpu{g.index}: throttled ({', '.join(sorted(extra))}) "
+                    why.append(f"{where}: throttled ({', '.join(sorted(extra))}) "
                                f"at SM {g.sm_clock_mhz if g.sm_clock_mhz is not None else '?'} MHz, "
                                f"{g.temperature_c if g.temperature_c is not None else '?'} C")
         flags[key] = tuple(sorted(f))
