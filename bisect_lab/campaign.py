@@ -143,6 +143,7 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
         step = nh * len(arms)
         for i in range(0, len(batch), step):
             ex.run_batch(batch[i:i + step], per_host=True)
+        ex.require_measurements()
         trials = [t for t in session.store.trials(cid) if t.tag != "warmup"]
         return run_summary(exp, arms, trials, cid)
 
@@ -193,6 +194,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
                 est = getattr(strategy, "estimated_total", None)
                 if callable(est):
                     session.on_plan(est())
+        ex.require_measurements()
         verdict = strategy.verdict()
         trials = session.store.trials(cid)
         return attribution_summary(exp, good, bad, factors, verdict, trials, cid)

@@ -310,6 +310,17 @@ class Executor:
                     f"no measurement could be made: the benchmark failed on every try "
                     f"({len(self._failures)} tries, {', '.join(sorted(kinds))}); last error: {last.error}")
 
+    def require_measurements(self) -> None:
+        """Raise :class:`NoMeasurementError` when the campaign has no successful trial at all."""
+        from .errors import NoMeasurementError
+        trials = self.store.trials(self.campaign)
+        if trials and not any(t.ok for t in trials):
+            failed = [t for t in trials if not t.ok]
+            kinds = sorted({t.status.value for t in failed})
+            raise NoMeasurementError(
+                f"no measurement could be made: every try failed ({len(failed)} tries, {', '.join(kinds)}); "
+                f"last error: {failed[-1].error}")
+
     def run_batch(self, specs: list[TrialSpec], *, per_host: bool = False) -> list[TrialResult]:
         """Measure ``specs``; results come back in the order of ``specs``.
 

@@ -1,0 +1,154 @@
+"""`bisect-lab run` end to end, through the real CLI in a subprocess, on a real git target."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from toyexp import make_toy
+
+
+def cli(tmp_path, *args, env=None, timeout=120):
+    cmd = [sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache", str(tmp_path / "cache"),
+           *map(str, args)]
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def one_line_error(p, code):
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    errors = [l for l in p.stderr.splitlines() if l.startswith("bisect-lab: error:")]
+    assert len(errors) == 1, p.stderr
+    return errors[0]
+
+
+@pytest.fixture
+def toy(tmp_path):
+    return make_toy(tmp_path)
+
+
+def test_run_json_contract_and_planted_effect(tmp_path, toy):
+    p = cli(tmp_path, "run", toy, "--patches", "all", "--patches", "all-minus slow", "--repeat", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)                     # stdout holds one JSON object and nothing else
+    assert set(res) >= {"arms", "comparisons", "campaign"}
+    arms = {a["arm"]: a for a in res["arms"]}
+    assert set(arms) == {"all", "all-minus slow"}
+    assert arms["all"]["n"] == 4 and arms["all-minus slow"]["n"] == 4
+    assert arms["all"]["median"] == pytest.approx(70, rel=0.05)
+    (c,) = res["comparisons"]
+    assert c["verdict"] == "different" and c["ci_low"] <= 1 / 0.7 <= c["ci_high"]
+    # The trials are in the store, one row per trial, with the DataFrame contract.
+    import bisect_lab
+    df = bisect_lab.load(tmp_path / "res").trials(res["campaign"])
+    assert len(df) == 8 and set(df["status"]) == {"ok"}
+    # Interleaved: a randomised balanced order, not all of one arm first.
+    assert list(df["arm"][:4]).count("all") == 2
+
+
+def test_run_human_output_and_single_arm_compares_to_all(tmp_path, toy):
+    p = cli(tmp_path, "run", toy, "--patches", "all-minus slow", "--repeat", "3")
+    assert p.returncode == 0, p.stderr
+    assert "Pairwise comparisons" in p.stdout and "all-minus slow" in p.stdout and "different" in p.stdout
+    assert "[6/6]" in p.stderr                         # progress, on stderr
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["run", "NOPE.toml"], 2, "experiment file not found"),
+    (["run", "{toy}", "--patches", "all-minus zzz"], 2, "valid names (aliases): slow, noop, gated, fast"),
+    (["run", "{toy}", "--patches", "sometimes"], 2, "must start with one of"),
+    (["run", "{toy}", "--repeat", "x"], 2, "invalid int value"),
+    (["frobnicate"], 2, "invalid choice"),
+    (["run", "{toy}", "--resume"], 2, "nothing to resume"),
+])
+def test_usage_errors_are_one_line_exit_2(tmp_path, toy, args, code, words):
+    p = cli(tmp_path, *[a.replace("{toy}", str(toy)) for a in args])
+    assert words in one_line_error(p, code)
+
+
+def test_malformed_toml_is_exit_2(tmp_path, toy):
+    toy.write_text(toy.read_text() + "\n[benchmark\n")
+    line = one_line_error(cli(tmp_path, "run", toy), 2)
+    assert "toy.toml" in line and "malformed TOML" in line
+
+
+def test_patch_that_does_not_apply_is_exit_2_naming_patch_and_file(tmp_path):
+    exp = make_toy(tmp_path, conflict=True)
+    line = one_line_error(cli(tmp_path, "run", exp, "--patches", "all"), 2)
+    assert "clash" in line or "slow" in line
+    assert "knobs_slow.py" in line
+
+
+@pytest.mark.parametrize("knob, words", [
+    ("TOY_CRASH", "CUDA error: out of memory (toy)"),
+    ("TOY_GARBAGE", "parse"),
+])
+def test_benchmark_failing_every_time_is_exit_4_with_its_own_error(tmp_path, knob, words):
+    exp = make_toy(tmp_path, extra_toml=f'[env]\n{knob} = "1"\n')
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--patches", "none", "--repeat", "3")
+    assert p.returncode == 4, p.stderr
+    assert "Traceback" not in p.stderr and words in p.stderr
+    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
+    statuses = [r[0] for r in db.execute("SELECT status FROM trials")]
+    assert len(statuses) == 3 and set(statuses) == {"crashed" if knob == "TOY_CRASH" else "parse-error"}
+
+
+def test_hanging_benchmark_times_out_and_its_whole_tree_is_killed(tmp_path):
+    import psutil
+    exp = make_toy(tmp_path, timeout_s=1.5, extra_toml='[env]\nTOY_HANG = "1"\n')
+    before = {p.pid for p in psutil.process_iter()}
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1")
+    assert p.returncode == 4 and "timed out after 1.5 s" in p.stderr, p.stderr
+    time.sleep(0.5)
+    leftovers = [q for q in psutil.process_iter(["pid", "cmdline"]) if q.pid not in before
+                 and "time.sleep(600)" in " ".join(q.info["cmdline"] or [])]
+    assert not leftovers
+
+
+def test_env_verification_sees_workers_that_drop_the_var(tmp_path):
+    exp = make_toy(tmp_path)
+    p = cli(tmp_path, "run", exp, "--patches", "all NCCL_ALGO=Ring TOY_SPAWN=1", "--repeat", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    by_var = {v["var"]: v for v in res["env_propagation"]["vars"]}
+    algo = by_var["NCCL_ALGO"]
+    assert 0 < algo["matched"] < algo["total"]
+    assert any("NCCL_ALGO=Ring" in w and "reached" in w for w in res["warnings"])
+
+
+def test_kill_9_then_resume_stores_every_finished_trial_exactly_once(tmp_path, toy):
+    cmd = [sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+           str(tmp_path / "cache"), "run", str(toy), "--patches", "all", "--patches", "none", "--repeat", "25"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    db_path = tmp_path / "res" / "bisect-lab.sqlite"
+    deadline = time.time() + 90
+    n = 0
+    while time.time() < deadline and n < 12:
+        time.sleep(0.2)
+        if db_path.exists():
+            try:
+                n = sqlite3.connect(db_path).execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    db = sqlite3.connect(db_path)
+    before = db.execute("SELECT trial, arm, started FROM trials ORDER BY trial").fetchall()
+    assert 12 <= len(before) < 50
+    p = cli(tmp_path, "run", toy, "--patches", "all", "--patches", "none", "--repeat", "25", "--resume", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    after = sqlite3.connect(db_path).execute(
+        "SELECT trial, arm, started FROM trials WHERE campaign=? ORDER BY trial", (res["campaign"],)).fetchall()
+    assert after[:len(before)] == before                      # finished trials kept, never re-run
+    assert len(after) == 50 and len({t for t, _, _ in after}) == 50
+    assert {a["arm"]: a["n"] for a in res["arms"]} == {"all": 25, "none": 25}
+    # Resuming a finished campaign is refused.
+    again = cli(tmp_path, "run", toy, "--patches", "all", "--patches", "none", "--repeat", "25", "--resume", res["campaign"])
+    assert "already finished" in one_line_error(again, 2)
