@@ -183,7 +183,9 @@ class HostWorker:
                 return TrialOutcome(_replace(o.result, env_report=er), extra)
             from .parsers import ParseError, parse
             try:
-                metrics = parse(self.exp.benchmark.parser, stdout, stderr, out_dir=out_dir if self.host.is_local else None,
+                metrics = parse(self.exp.benchmark.parser, stdout, stderr,
+                                out_dir=out_dir if self.host.is_local else None,
+                                files=None if self.host.is_local else self._result_files(out_dir),
                                 patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric)
             except ParseError as e:
                 o = fail(TrialStatus.PARSE_ERROR, f"{e}", extra)
@@ -197,6 +199,20 @@ class HostWorker:
             return TrialOutcome(result, extra, fp_data)
         except HostError as e:
             return fail(TrialStatus.HOST_ERROR, str(e))
+
+    def _result_files(self, out_dir: str) -> dict[str, str]:
+        """Result files the benchmark wrote on a remote host ({out}), for the parsers."""
+        res = self.host.run(["find", out_dir, "-maxdepth", "1", "-type", "f", "-size", "-8M",
+                             "(", "-name", "*.json", "-o", "-name", "*.jsonl", "-o", "-name", "*.log", ")"],
+                            timeout_s=30)
+        files = {}
+        for path in res.stdout.split("\n"):
+            if path.strip():
+                try:
+                    files[path.rsplit("/", 1)[-1]] = self.host.read_bytes(path).decode("utf-8", "replace")
+                except (OSError, HostError):
+                    pass
+        return files
 
     def _prune_owned(self) -> None:
         """Forget pids that have exited, so a recycled pid is never taken for ours."""
