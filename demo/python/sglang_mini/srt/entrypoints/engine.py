@@ -1,0 +1,73 @@
+"""Engine: resolves the server arguments, prepares the worker environment, spawns the
+scheduler processes and drives a workload through them.
+
+Like SGLang's launcher, it does not hand its whole environment to the workers: they get
+an explicit, filtered copy (the variables a worker needs plus the feature-flag prefixes
+the model code reads).  Anything else set in the launching shell stays in the launcher.
+"""
+from __future__ import annotations
+
+import os
+
+from ..managers.scheduler import launch_scheduler_processes
+from ..server_args import ServerArgs
+
+# Plain variables a worker process needs to start and find its packages.
+WORKER_ENV_KEEP = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR",
+    "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CONDA_PREFIX",
+})
+# Prefixes of variables that configure code running inside the workers.
+WORKER_ENV_PREFIXES = ("SGLANG_", "OEA_", "CUDA_", "TORCH_", "TORCHINDUCTOR_", "OMP_", "MKL_",
+                       "OPENBLAS_", "PYTORCH_")
+
+
+def worker_environment(environ=None) -> dict:
+    env = os.environ if environ is None else environ
+    out = {k: v for k, v in env.items() if k in WORKER_ENV_KEEP or k.startswith(WORKER_ENV_PREFIXES)}
+    # The workers already use every core between them: one BLAS thread each, or they
+    # oversubscribe the machine and the timings get noisy.
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        out.setdefault(k, "1")
+    return out
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+class Engine:
+    def __init__(self, server_args: ServerArgs | None = None, **kwargs):
+        self.server_args = (server_args or ServerArgs(**kwargs)).resolve()
+        self.procs, self.ctrls = launch_scheduler_processes(self.server_args, worker_environment())
+        self.workers = [self._recv(c, "ready") for c in self.ctrls]
+
+    def _recv(self, ctrl, expect):
+        try:
+            kind, payload = ctrl.recv()
+        except EOFError:
+            self.shutdown()
+            raise EngineError("a scheduler process exited before answering") from None
+        if kind == "error":
+            self.shutdown()
+            raise EngineError(f"scheduler rank {payload['rank']} failed: {payload['type']}: {payload['message']}")
+        assert kind == expect, (kind, expect)
+        return payload
+
+    def run_workload(self, workload: dict) -> dict:
+        for c in self.ctrls:
+            c.send(("run", workload))
+        results = [self._recv(c, "result") for c in self.ctrls]
+        return results[0]
+
+    def shutdown(self) -> None:
+        for c in self.ctrls:
+            try:
+                c.send(("exit", None))
+            except (OSError, BrokenPipeError):
+                pass
+        for p in self.procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        self.ctrls = []
