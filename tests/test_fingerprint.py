@@ -209,3 +209,25 @@ def test_gpu_after_is_kept(host, fake):
     f = fp(host, FingerprintCache(), GpuInspector(host, fake_nvml=fake({})), gpu_after=snap_after)
     assert f.content["gpu_after"][0]["throttle"] == ["sw_power_cap"]
     assert f.content["gpu"][0]["throttle"] == ["gpu_idle"]
+
+
+pytest_plugins = ["sshd_fixture"]
+
+
+@pytest.mark.ssh
+def test_fingerprint_through_ssh(request, host, fake):
+    """Over SSH: one round trip when warm, and the same machine gives the same configuration id."""
+    from bisect_lab.hosts import SSHHost
+    sshd = request.getfixturevalue("sshd")
+    path = fake({})
+    with SSHHost(sshd.target, port=sshd.port, key=sshd.key_path, known_hosts=sshd.known_hosts_path,
+                 connect_timeout_s=5, python_exe=sys.executable) as ssh:
+        cache = FingerprintCache()
+        insp = GpuInspector(ssh, fake_nvml=path)
+        cold = fp(ssh, cache, insp)
+        warm = fp(ssh, cache, insp)
+    assert cold.meta == {**cold.meta, "cold": True, "host_calls": 1}
+    assert warm.meta["cold"] is False and warm.meta["host_calls"] == 1 and warm.meta["duration_s"] < 1.0
+    local = fp(host, FingerprintCache(), GpuInspector(host, fake_nvml=path))
+    assert diff(local, warm, ignore=list(F.READINGS)) == []
+    assert local.stable_id == warm.stable_id

@@ -329,3 +329,50 @@ def test_clock_lock_refusal_is_a_clear_error(host, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(GpuError, match=r"lock_clocks_mhz = 1500: nvidia-smi -i 0 -lgc 1500,1500 failed"):
         lock_clocks(host, GpuPolicy(lock_clocks_mhz=1500, devices=(0,)))
+
+
+# --------------------------------------------------------------------------- across an SSH host
+pytest_plugins = ["sshd_fixture"]
+
+
+@pytest.fixture
+def ssh(request):
+    from bisect_lab.hosts import SSHHost
+    sshd = request.getfixturevalue("sshd")        # skipped where no sshd can be started
+    h = SSHHost(sshd.target, port=sshd.port, key=sshd.key_path, known_hosts=sshd.known_hosts_path,
+                connect_timeout_s=5, python_exe=sys.executable)
+    yield h
+    h.close()
+
+
+@pytest.mark.ssh
+def test_idle_wait_and_kill_through_ssh(ssh, fake, procs):
+    """The probe crosses the SSH boundary as source text; kills go through the SSH host."""
+    path, write = fake
+    ours, theirs = procs(), procs()
+    write([gpu(processes=[{"pid": ours.pid, "used_memory_mb": 30000},
+                          {"pid": theirs.pid, "used_memory_mb": 30000}])])
+    insp = GpuInspector(ssh, fake_nvml=path)
+    assert insp.in_process is False
+    logs: list[str] = []
+    r = wait_idle(ssh, policy(idle_timeout_s=3), owned_pids=[ours.pid], log=logs.append, inspector=insp,
+                  poll_s=0.1)
+    ours.wait(5)
+    assert ours.returncode == -9 and alive(theirs)
+    assert r.status == "timeout" and f"pid {theirs.pid}" in r.reason and f"pid {ours.pid}" not in r.reason
+    assert any(f"killed pid {ours.pid}" in l for l in logs)
+
+
+def test_broken_probe_is_a_host_error(tmp_path):
+    """An interpreter that cannot run on the host is a host problem, not "no GPU"."""
+    from bisect_lab.errors import HostError
+    broken = tmp_path / "python3"
+    broken.write_text("#!/bin/sh\necho 'python3: error while loading shared libraries: libpython3.11.so' >&2\n"
+                      "exit 127\n")
+    broken.chmod(0o755)
+    with pytest.raises(HostError, match="GPU probe failed on local: .*libpython3.11.so"):
+        GpuInspector(LocalHost(python_exe=str(broken)), in_process=False).probe()
+    # garbage instead of JSON
+    broken.write_text("#!/bin/sh\necho 'Welcome to the GPU box'\n")
+    with pytest.raises(HostError, match="printed no JSON"):
+        GpuInspector(LocalHost(python_exe=str(broken)), in_process=False).probe()

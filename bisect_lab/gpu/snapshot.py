@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..errors import HostError
 from ..hosts.base import Host
 from . import probe_script
 from .probe_script import FAKE_ENV, decode_throttle
@@ -20,8 +21,9 @@ PERF_THROTTLE = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_ther
                            "power_brake", "board_limit", "reliability"})
 
 
-class ProbeError(RuntimeError):
-    """The probe could not be run or printed no JSON (host broken, not "no GPU")."""
+class ProbeError(HostError):
+    """The probe could not be run or printed no JSON: the host is broken (a trial's
+    ``host-error``, exit 4), which is not the same as a host without GPUs."""
 
 
 @lru_cache(maxsize=1)
