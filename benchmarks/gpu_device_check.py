@@ -337,7 +337,7 @@ def main(argv=None) -> int:
         if not T.check("GPU idle at start", r.ok, r.reason):
             T("The GPU is in use by processes this script did not start; it will not touch them. Stopping.")
             return finish(T, result, out)
-        baseline = r.snapshot.gpu(dev).memory_used_mb
+        baseline = r.snapshot.gpu(dev).memory_used_mb or 0.0
         T(f"baseline memory used with no process: {baseline:.0f} MiB")
 
         T.section("2. start a process that holds GPU memory (owned by the 'campaign')")

@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .gpu.snapshot import GpuInspector, GpuSnapshot
+from .gpu.flags import TrialFlags, flag_trials
+from .gpu.snapshot import GpuInfo, GpuInspector, GpuProcess, GpuSnapshot
 from .hosts.base import Host
 
 SCHEMA = 1
@@ -296,6 +297,49 @@ def collect(host: Host, *, tree_hash: str | None, patch_hashes: Mapping[str, str
     meta = {"duration_s": time.perf_counter() - t0, "cold": cold, "host_calls": calls,
             "gpu_taken_at": snap.taken_at if snap else None}
     return Fingerprint(_clean(content), taken, meta)
+
+
+def gpu_snapshots(fp: Mapping[str, Any] | Fingerprint) -> dict[str, GpuSnapshot]:
+    """Rebuild the GPU snapshots a fingerprint holds: ``{"before": ..., "after": ...}``.
+
+    ``before`` is the ``gpu`` section, ``after`` the ``gpu_after`` section when
+    present. Lets stored fingerprints feed :func:`bisect_lab.gpu.flag_trials`.
+    """
+    d = fp.to_dict() if isinstance(fp, Fingerprint) else fp
+    host = (d.get("host") or {}).get("name") or "?"
+    nv = d.get("nvidia") or {}
+    out: dict[str, GpuSnapshot] = {}
+    for phase, key in (("before", "gpu"), ("after", "gpu_after")):
+        if key not in d:
+            continue
+        gpus = []
+        for g in d.get(key) or []:
+            clocks, power = g.get("clocks") or {}, g.get("power") or {}
+            mem, util = g.get("memory") or {}, g.get("utilization") or {}
+            gpus.append(GpuInfo(
+                index=g.get("index", len(gpus)), name=g.get("model"), uuid=g.get("uuid"),
+                driver_version=nv.get("driver"), cuda_driver_version=nv.get("cuda_driver"),
+                memory_used_mb=mem.get("used_mb"), memory_total_mb=mem.get("total_mb"),
+                utilization_gpu=util.get("gpu"), utilization_memory=util.get("memory"),
+                temperature_c=g.get("temperature_c"), sm_clock_mhz=clocks.get("sm"),
+                mem_clock_mhz=clocks.get("mem"), sm_clock_max_mhz=clocks.get("sm_max"),
+                mem_clock_max_mhz=clocks.get("mem_max"), power_w=power.get("draw_w"),
+                power_limit_w=power.get("limit_w"), throttle_reasons=tuple(g.get("throttle") or ()),
+                persistence_mode=g.get("persistence_mode"),
+                ecc_volatile_uncorrected=g.get("ecc_volatile_uncorrected"),
+                processes=None if g.get("processes") is None else tuple(
+                    GpuProcess(pid=p.get("pid") or 0, used_memory_mb=p.get("used_memory_mb"),
+                               cmdline=p.get("cmdline")) for p in g["processes"])))
+        out[phase] = GpuSnapshot(host=host, taken_at=float(d.get("taken_at") or 0.0), gpus=tuple(gpus),
+                                 reason="" if gpus else str(nv.get("gpu") or "no GPU"),
+                                 backend=str(nv.get("probe") or "none"), driver_version=nv.get("driver"),
+                                 cuda_driver_version=nv.get("cuda_driver"))
+    return out
+
+
+def flag_fingerprints(fps: Mapping[Any, Mapping[str, Any] | Fingerprint], **kw) -> TrialFlags:
+    """:func:`bisect_lab.gpu.flag_trials` over stored fingerprints (trial key -> fingerprint dict)."""
+    return flag_trials({k: gpu_snapshots(v) for k, v in fps.items()}, **kw)
 
 
 # --------------------------------------------------------------------------- diff

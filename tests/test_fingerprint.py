@@ -231,3 +231,20 @@ def test_fingerprint_through_ssh(request, host, fake):
     local = fp(host, FingerprintCache(), GpuInspector(host, fake_nvml=path))
     assert diff(local, warm, ignore=list(F.READINGS)) == []
     assert local.stable_id == warm.stable_id
+
+
+def test_flags_from_stored_fingerprints(host, fake):
+    """The store keeps fingerprint dicts: flags can be computed from them alone."""
+    cache = FingerprintCache()
+    idle = GpuInspector(host, fake_nvml=fake({})).probe()
+    stored = {}
+    for t in range(4):
+        load = GpuInspector(host, fake_nvml=fake({"sm_clock_mhz": 1980, "throttle_reasons": []})).probe()
+        stored[t] = fp(host, cache, None, gpu=idle, gpu_after=load).to_dict()
+    hot = GpuInspector(host, fake_nvml=fake({"sm_clock_mhz": 1500, "temperature_c": 87,
+                                             "throttle_reasons": ["hw_thermal"]})).probe()
+    stored[4] = json.loads(fp(host, cache, None, gpu=idle, gpu_after=hot).to_json())   # as read back
+    snaps = F.gpu_snapshots(stored[4])
+    assert set(snaps) == {"before", "after"} and snaps["after"].gpus[0].perf_throttle == ("hw_thermal",)
+    res = F.flag_fingerprints(stored)
+    assert res.flagged() == [4] and res.flags[4] == ("clock-differs", "throttled")
