@@ -6,14 +6,23 @@ mandatory timeout: a dead host must never hang a campaign.
 """
 from __future__ import annotations
 
+import re
 import shlex
+import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import HostError
 
 Env = Mapping[str, "str | None"]   # overlay on the host's environment; None unsets
+
+#: Every command a host starts carries this variable with a fresh token, so that
+#: ``kill_tree`` also finds descendants that left the session (``setsid``, double
+#: fork) as long as they inherited the environment.
+RUN_ID_VAR = "BISECT_LAB_RUN_ID"
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,7 @@ class CommandResult:
 
     @property
     def ok(self) -> bool:
+        """True when the command exited 0 within its timeout."""
         return self.returncode == 0 and not self.timed_out
 
     def check(self, what: str) -> "CommandResult":
@@ -54,6 +64,8 @@ class HostCommandError(HostError):
 
 @dataclass
 class KilledProcess:
+    """One process that :meth:`Process.kill_tree` (or a timeout) killed."""
+
     pid: int
     cmdline: str
 
@@ -68,7 +80,8 @@ class Process(ABC):
     pid: int
 
     @abstractmethod
-    def poll(self) -> int | None: ...
+    def poll(self) -> int | None:
+        """Exit code if the process ended (128+N when killed by signal N), else None."""
 
     @abstractmethod
     def wait(self, timeout_s: float) -> int | None:
@@ -84,7 +97,14 @@ class Process(ABC):
 
     @abstractmethod
     def descendants(self) -> list[int]:
-        """Pids of the process and its live descendants (for env verification)."""
+        """Pids of the process and its live descendants (for env verification).
+
+        Descendants are found by parent pid and by session, so workers that were
+        re-parented stay visible; zombies are left out.
+        """
+
+    def close(self) -> None:
+        """Forget the captured output files (call after :meth:`output`); idempotent."""
 
 
 class Host(ABC):
@@ -103,16 +123,19 @@ class Host(ABC):
         """Start ``command`` under bash in a new session; output is captured."""
 
     @abstractmethod
-    def read_bytes(self, path: str, *, timeout_s: float = 30.0) -> bytes: ...
+    def read_bytes(self, path: str, *, timeout_s: float = 30.0) -> bytes:
+        """Contents of ``path`` on the host; :class:`FileNotFoundError` if it is missing."""
 
     @abstractmethod
-    def write_bytes(self, path: str, data: bytes, *, timeout_s: float = 30.0) -> None: ...
+    def write_bytes(self, path: str, data: bytes, *, timeout_s: float = 30.0) -> None:
+        """Replace ``path`` atomically with ``data``, creating parent folders."""
 
     @abstractmethod
     def cache_root(self) -> str:
         """Absolute folder where bisect-lab keeps clones and trees on this host."""
 
     def exists(self, path: str, *, timeout_s: float = 30.0) -> bool:
+        """Whether ``path`` exists on the host."""
         return self.run(["test", "-e", path], timeout_s=timeout_s).returncode == 0
 
     def python(self, code: str, *args: str, timeout_s: float = 60.0,
@@ -133,4 +156,83 @@ class Host(ABC):
 
 
 def as_shell(command: str | Sequence[str]) -> str:
+    """The command as one shell string (a list is quoted word by word)."""
     return command if isinstance(command, str) else shlex.join(list(command))
+
+
+def check_env(env: Env | None) -> dict[str, str | None]:
+    """Validate an env overlay; a bad name would otherwise be run as a command by ``env``."""
+    out: dict[str, str | None] = {}
+    for k, v in (env or {}).items():
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            raise HostError(f"invalid environment variable name {k!r}")
+        if v is not None and not isinstance(v, str):
+            raise HostError(f"environment variable {k} must be a string or None, not {type(v).__name__}")
+        if v is not None and "\0" in v:
+            raise HostError(f"environment variable {k} contains a NUL byte")
+        out[k] = v
+    return out
+
+
+def shell_returncode(code: int | None) -> int | None:
+    """Popen's -N (killed by signal N) as the shell's 128+N, the form a remote host reports."""
+    if code is not None and code < 0:
+        return 128 - code
+    return code
+
+
+KILLED_RETURNCODE = 128 + int(signal.SIGKILL)
+
+
+class ProcInfo(NamedTuple):
+    """One row of a process table (local psutil or remote /proc)."""
+
+    pid: int
+    ppid: int
+    sid: int
+    zombie: bool
+
+
+def family(table: Iterable[ProcInfo], root: int, *, session: bool = True,
+           extra: Iterable[int] = (), root_is_ours: bool = True) -> list[int]:
+    """Pids of ``root``'s tree: ``root``, its descendants by parent pid, members of its
+    session (``sid == root``: re-parented workers) and ``extra`` (token matches, with
+    the sessions of those that lead one), plus their descendants. Zombies are left
+    out: they are already dead.
+
+    ``root_is_ours=False`` says the pid may have been reused by a stranger (the
+    process ended and was reaped): then only its session (a pid is never reused
+    while it still names a session) and the token matches count.
+
+    Pure, so the local and the SSH host share one definition of "the tree".
+    """
+    rows = {r.pid: r for r in table}
+    children: dict[int, list[int]] = {}
+    for r in rows.values():
+        children.setdefault(r.ppid, []).append(r.pid)
+    extra = list(extra)
+    seeds = [root, *extra] if root_is_ours else list(extra)
+    if session:
+        leaders = {root} | {p for p in extra if p in rows and rows[p].sid == p}
+        seeds += [r.pid for r in rows.values() if r.sid in leaders]
+    seen: set[int] = set()
+    order: list[int] = []
+    stack = list(reversed(seeds))
+    while stack:
+        pid = stack.pop()
+        if pid in seen or pid not in rows:
+            continue
+        seen.add(pid)
+        if not rows[pid].zombie:
+            order.append(pid)
+        stack.extend(reversed(children.get(pid, [])))
+    return order
+
+
+_STAT = re.compile(r"^(\d+) \((.*)\) (\S) (-?\d+) (-?\d+) (-?\d+) ", re.M)
+
+
+def parse_proc_stat(text: str) -> list[ProcInfo]:
+    """Rows from concatenated ``/proc/*/stat`` lines (comm may contain spaces and parens)."""
+    return [ProcInfo(int(m[1]), int(m[4]), int(m[6]), m[3] in "ZX")
+            for m in _STAT.finditer(text)]
