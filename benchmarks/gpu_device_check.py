@@ -302,7 +302,7 @@ def main(argv=None) -> int:
             T(SHIM_NOTE)
         raw = remote_insp.raw("gpu", "load", "static")
         st = raw.get("static", {})
-        T(f"host {raw.get('host', {}).get('name')}, load {raw.get('host', {}).get('loadavg')}, "
+        T(f"host {raw.get('host', {}).get('name')}, load {[round(x, 2) for x in raw.get('host', {}).get('loadavg') or []]}, "
           f"CPU {st.get('cpu', {}).get('model')} x{st.get('cpu', {}).get('count')}")
         T(f"packages: {json.dumps(st.get('packages', {}), sort_keys=True)}")
         T(f"CUDA/NCCL from wheels: {json.dumps(st.get('cuda', {}), sort_keys=True)}")
@@ -332,7 +332,7 @@ def main(argv=None) -> int:
           f"via host.python median {t_remote['median_ms']:.1f} ms (p95 {t_remote['p95_ms']:.1f})")
         result["timing_probe"] = {"in_process": t_in, "host_python": t_remote}
 
-        T.section("0. GPU idle before we start (nothing owned, nothing killed)")
+        T.section("2. GPU idle before we start (nothing owned, nothing killed)")
         r = wait_idle(host, policy, owned_pids=(), log=T, inspector=insp, poll_s=0.5)
         if not T.check("GPU idle at start", r.ok, r.reason):
             T("The GPU is in use by processes this script did not start; it will not touch them. Stopping.")
@@ -340,7 +340,7 @@ def main(argv=None) -> int:
         baseline = r.snapshot.gpu(dev).memory_used_mb or 0.0
         T(f"baseline memory used with no process: {baseline:.0f} MiB")
 
-        T.section("2. start a process that holds GPU memory (owned by the 'campaign')")
+        T.section("3. start a process that holds GPU memory (owned by the 'campaign')")
         holder = spawn("holder.py", dev, args.hold_mb, 900)
         T(f"spawned pid {holder.pid}: {py} {out / 'holder.py'} {dev} {args.hold_mb} 900")
         deadline = time.monotonic() + 180
@@ -376,7 +376,7 @@ def main(argv=None) -> int:
                     f"{g.memory_used_mb:.0f} MiB used; " + "; ".join(p.describe() for p in g.processes))
             result["snapshot_holding"] = seen.to_dict()
 
-        T.section("3. wait_idle sees it busy (holder not declared as owned: must survive)")
+        T.section("4. wait_idle sees it busy (holder not declared as owned: must survive)")
         p_short = GpuPolicy(devices=(dev,), idle_timeout_s=5.0, kill="campaign")
         r = wait_idle(host, p_short, owned_pids=(), log=T, inspector=insp, poll_s=0.5)
         T(f"status {r.status} after {r.waited_s:.1f} s: {r.reason}")
@@ -387,7 +387,7 @@ def main(argv=None) -> int:
         T.check("a process not declared owned is not killed", holder.poll() is None and not r.killed)
         result["wait_busy"] = r.to_dict()
 
-        T.section("4. reset with the holder owned: kill (pid + cmdline logged), then idle")
+        T.section("5. reset with the holder owned: kill (pid + cmdline logged), then idle")
         t = time.monotonic()
         r = reset(host, policy, owned_pids=[holder.pid], log=T, inspector=insp, poll_s=0.25)
         T(f"status {r.status} after {r.waited_s:.2f} s ({r.polls} probes): {r.reason}")
@@ -402,7 +402,7 @@ def main(argv=None) -> int:
                 f"memory {r.snapshot.gpu(dev).memory_used_mb:.0f} MiB, {time.monotonic() - t:.2f} s to idle")
         result["reset"] = r.to_dict()
 
-        T.section("5. throttle state before/after matmul loads, trial flags")
+        T.section("6. throttle state before/after matmul loads, trial flags")
         trials: dict[str, list[GpuSnapshot]] = {}
         samples_out: dict[str, list[dict]] = {}
 
@@ -465,7 +465,7 @@ def main(argv=None) -> int:
                            "norm": {f"{h}:gpu{i}:{ph}": v for (h, i, ph), v in fl.norm.items()}}
         result["load_samples"] = samples_out
 
-        T.section("6. fingerprints: cost and diff")
+        T.section("7. fingerprints: cost and diff")
         cache = F.FingerprintCache()
         idle_snap = wait_idle(host, policy, owned_pids=[p.pid for p in spawned], log=T, inspector=insp,
                               poll_s=0.25).snapshot
