@@ -460,7 +460,7 @@ class TreeManager:
             sha = self._rev_parse(ref)
         if sha is None:
             raise UsageError(f"unknown ref {ref!r} in {self.target.repo} (not a commit, branch or tag there)")
-        self._resolved[ref] = sha
+        self._resolved[ref] = self._resolved[sha] = sha
         return sha
 
     def _rev_parse(self, ref: str) -> str | None:
@@ -539,6 +539,17 @@ class TreeManager:
         """
         env = {"GIT_INDEX_FILE": index}
         self._g("read-tree", commit, what="git read-tree", env=env)
+        if len(patches) > 1:
+            # Fast path: one process applies them all, in order (git apply is all-or-nothing and
+            # handles successive patches to one file). Only on failure do we go patch by patch to
+            # name the culprit, starting again from a fresh index.
+            res = self._g("apply", "--cached", "--whitespace=nowarn", *(self._patch_path(p) for p in patches),
+                          what="git apply", env=env, check=False)
+            if res.ok:
+                return self._g("write-tree", what="git write-tree", env=env).stdout.strip()
+            if res.timed_out:
+                raise HostCommandError("git apply", res)
+            self._g("read-tree", commit, what="git read-tree", env=env)
         for p in patches:
             res = self._g("apply", "--cached", "--whitespace=nowarn", self._patch_path(p),
                           what=f"git apply {p.name}", env=env, check=False)
