@@ -393,19 +393,19 @@ class TreeManager:
         self.host.write_bytes(marker, digest.encode())
 
     def _import_folder(self, folder: str, git_dir: str) -> str:
-        """Import a plain folder into ``git_dir`` (on this host) as one parentless commit."""
-        tmp_index = posixpath.join(self.root, "tmp", f"import-{uuid.uuid4().hex[:8]}.index")
-        self._run(["mkdir", "-p", posixpath.dirname(tmp_index)], what="mkdir")
-        env = {"GIT_INDEX_FILE": tmp_index, **_IDENTITY}
-        try:
-            self._run(_git("--work-tree", folder, "add", "-A", "--", ".", git_dir=git_dir),
-                      what=f"import of folder {folder}", env=env, cwd=folder)
-            tree = self._run(_git("write-tree", git_dir=git_dir), what="git write-tree", env=env).stdout.strip()
-        finally:
-            self._run(["rm", "-f", tmp_index], what="rm", check=False)
+        """Import a plain folder into ``git_dir`` (on this host) as one parentless commit.
+
+        The import index is kept between imports (``import.index`` in the git dir): its stat cache
+        means a re-import only re-hashes files that changed.
+        """
+        env = {"GIT_INDEX_FILE": posixpath.join(git_dir, "import.index"), **_IDENTITY}
+        self._run(_git("--work-tree", folder, "add", "-A", "--", ".", git_dir=git_dir),
+                  what=f"import of folder {folder}", env=env, cwd=folder)
+        tree = self._run(_git("write-tree", git_dir=git_dir), what="git write-tree", env=env).stdout.strip()
         return self._commit_import(tree, folder, git_dir, run=self._run)
 
     def _import_folder_locally(self, folder: str, git_dir: str) -> str:
+        """Same as :meth:`_import_folder` into a repository on this machine (to be bundled)."""
         from .hosts.local import LocalHost
         local = LocalHost()
 
@@ -418,15 +418,10 @@ class TreeManager:
 
         if not os.path.exists(os.path.join(git_dir, "HEAD")):
             run(_git("init", "-q", "--bare", git_dir), what="git init")
-        tmp_index = os.path.join(git_dir, f"import-{uuid.uuid4().hex[:8]}.index")
-        env = {"GIT_INDEX_FILE": tmp_index, **_IDENTITY}
-        try:
-            run(_git("--work-tree", folder, "add", "-A", "--", ".", git_dir=git_dir), what="import",
-                env=env, cwd=folder)
-            tree = run(_git("write-tree", git_dir=git_dir), what="write-tree", env=env).stdout.strip()
-        finally:
-            if os.path.exists(tmp_index):
-                os.unlink(tmp_index)
+        env = {"GIT_INDEX_FILE": os.path.join(git_dir, "import.index"), **_IDENTITY}
+        run(_git("--work-tree", folder, "add", "-A", "--", ".", git_dir=git_dir), what="import",
+            env=env, cwd=folder)
+        tree = run(_git("write-tree", git_dir=git_dir), what="write-tree", env=env).stdout.strip()
         return self._commit_import(tree, folder, git_dir, run=run)
 
     @staticmethod

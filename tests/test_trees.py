@@ -212,10 +212,13 @@ def test_plain_folder_is_imported_by_content(host, tmp_path):
     t1 = tm.prepare([])
     assert Path(t1.path, "pkg/a.py").read_text() == "A = 1\n"
     (folder / "pkg/a.py").write_text("A = 2\n")
+    (folder / "README").unlink()
     tm.fetch()
     t2 = tm.prepare([])
     assert t2.commit != t1.commit and Path(t2.path, "pkg/a.py").read_text() == "A = 2\n"
+    assert not Path(t2.path, "README").exists()
     (folder / "pkg/a.py").write_text("A = 1\n")          # back to the first content: same commit
+    (folder / "README").write_text("plain folder\n")
     t3 = TreeManager(host, target).prepare([])
     assert t3.commit == t1.commit and t3.reused
     assert not (folder / ".git").exists()
