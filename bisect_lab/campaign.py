@@ -87,8 +87,31 @@ def preflight(session: Session, arms: list[Arm], commit: str | None = None) -> N
             raise PatchError(f"arm {arm.spec!r}: {e}", patch=e.patch, file=e.file) from None
 
 
+def flag_campaign(session: Session, cid: str) -> None:
+    """Flag trials whose GPU clocks or throttle state differ from the campaign's norm."""
+    from .fingerprint import flag_fingerprints
+    fps = {}
+    for t in session.store.trials(cid):
+        if t.ok and t.fingerprint:
+            data = session.store.fingerprint(t.fingerprint)
+            if data:
+                fps[t.trial] = data
+    if not fps:
+        return
+    flags = flag_fingerprints(fps)
+    session.store.set_flags(cid, {k: tuple(v) for k, v in flags.flags.items() if v})
+
+
 def _finish(session: Session, cid: str, run: Callable[[], dict]) -> dict:
+    """Run a campaign body: clocks locked around it, status kept right on every exit path."""
+    locked = []
     try:
+        if session.experiment.gpu.enabled and session.experiment.gpu.lock_clocks_mhz:
+            from .gpu import lock_clocks
+            for w in session.workers:
+                lock_clocks(w.host, session.experiment.gpu)
+                locked.append(w.host)
+                session.log(f"{w.host.name}: GPU clocks locked at {session.experiment.gpu.lock_clocks_mhz} MHz")
         result = run()
     except KeyboardInterrupt:
         session.store.set_campaign_status(cid, "interrupted")
@@ -96,6 +119,14 @@ def _finish(session: Session, cid: str, run: Callable[[], dict]) -> dict:
     except BisectLabError:
         session.store.set_campaign_status(cid, "failed")
         raise
+    finally:
+        if locked:
+            from .gpu import unlock_clocks
+            for h in locked:
+                try:
+                    unlock_clocks(h, session.experiment.gpu)
+                except BisectLabError as e:
+                    session.log(f"{h.name}: could not unlock GPU clocks: {e}")
     session.store.finish_campaign(cid, "done", result)
     return result
 
@@ -144,6 +175,7 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
         for i in range(0, len(batch), step):
             ex.run_batch(batch[i:i + step], per_host=True)
         ex.require_measurements()
+        flag_campaign(session, cid)
         trials = [t for t in session.store.trials(cid) if t.tag != "warmup"]
         return run_summary(exp, arms, trials, cid)
 
@@ -195,6 +227,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
                 if callable(est):
                     session.on_plan(est())
         ex.require_measurements()
+        flag_campaign(session, cid)
         verdict = strategy.verdict()
         trials = session.store.trials(cid)
         return attribution_summary(exp, good, bad, factors, verdict, trials, cid)

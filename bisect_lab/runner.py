@@ -127,10 +127,11 @@ class HostWorker:
             extra: dict = {}
             if self.exp.gpu.enabled:
                 from .gpu import wait_idle
-                idle = wait_idle(self.host, self.exp.gpu, owned_pids=self.owned_pids, log=self.log)
+                idle = wait_idle(self.host, self.exp.gpu, owned_pids=self.owned_pids, log=self.log,
+                                 inspector=self._inspector())
                 gpu_before = getattr(idle, "snapshot", None)
-                if getattr(idle, "killed", None):
-                    extra["killed"] = [k if isinstance(k, dict) else getattr(k, "__dict__", str(k)) for k in idle.killed]
+                if idle.killed:
+                    extra["killed_before"] = [{"pid": k.pid, "cmdline": k.cmdline} for k in idle.killed]
                 if not idle.ok:
                     return fail(TrialStatus.GPU_NOT_IDLE, idle.reason, extra)
 
@@ -191,7 +192,14 @@ class HostWorker:
                 o = fail(TrialStatus.PARSE_ERROR, f"{e}", extra)
                 return TrialOutcome(_replace(o.result, env_report=er), extra)
 
-            fp_id, fp_data, flags = self._fingerprint(tree, env, gpu_before, extra)
+            gpu_after = None
+            if self.exp.gpu.enabled and gpu_before is not None and gpu_before.has_gpu:
+                # Clocks and throttling right after the load: the state the benchmark ran in.
+                try:
+                    gpu_after = self._inspector().probe()
+                except HostError:
+                    pass
+            fp_id, fp_data, flags = self._fingerprint(tree, env, gpu_before, gpu_after)
             result = TrialResult(
                 campaign=campaign, trial=index, arm=arm.spec, status=TrialStatus.OK, host=self.host.name,
                 started=started, duration_s=time.monotonic() - t0, metrics=metrics, commit=commit,
@@ -228,15 +236,22 @@ class HostWorker:
         if res.returncode in (0, 1):
             self.owned_pids &= alive
 
-    def _fingerprint(self, tree, env, gpu_before, extra) -> tuple[str | None, dict | None, list[str]]:
+    def _inspector(self):
+        if self._gpu is None:
+            from .gpu import GpuInspector
+            self._gpu = GpuInspector(self.host)
+        return self._gpu
+
+    def _fingerprint(self, tree, env, gpu_before, gpu_after) -> tuple[str | None, dict | None, list[str]]:
         from . import fingerprint as fpmod
         if self._fp_cache is None:
             self._fp_cache = fpmod.FingerprintCache()
         fp = fpmod.collect(self.host, tree_hash=tree.tree_hash, patch_hashes=tree.patch_hashes,
                            env={k: v for k, v in env.items() if v is not None}, gpu=gpu_before,
-                           cache=self._fp_cache)
-        flags = list(getattr(fp, "flags", ()) or ())
-        return fp.id, fp.to_dict(), flags
+                           gpu_after=gpu_after, cache=self._fp_cache, inspector=self._inspector(),
+                           probe_gpu=self.exp.gpu.enabled)
+        # Clock/throttle flags are relative to the campaign's norm: set when the campaign ends.
+        return fp.id, fp.to_dict(), []
 
     def close(self):
         self.host.close()

@@ -222,6 +222,19 @@ class Store:
                 self._db.execute("ROLLBACK")
                 raise
 
+    def set_flags(self, cid: str, flags: dict[int, tuple[str, ...]]) -> None:
+        """Replace the flags of trials of a campaign (set once the campaign's norm is known)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for trial, f in flags.items():
+                    self._db.execute("UPDATE trials SET flags=? WHERE campaign=? AND trial=?",
+                                     (dumps(sorted(f)), cid, int(trial)))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
     def trials(self, cid: str | None = None) -> list[TrialResult]:
         q = "SELECT * FROM trials" + (" WHERE campaign=?" if cid else "") + " ORDER BY campaign, trial"
         with self._lock:
