@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import shlex
 import socket
 import threading
@@ -93,6 +94,18 @@ class _ConnectionLost(HostError):
     """The connection dropped while an operation was under way."""
 
 
+class _RemoteRunner(fabric.runners.Remote):
+    """fabric's runner, except that Ctrl-C closes the channel at once: stock fabric
+    re-raises KeyboardInterrupt and then joins its reader threads, which wait for
+    the remote command to end (up to the whole timeout)."""
+
+    def send_interrupt(self, interrupt):
+        try:
+            self.channel.close()
+        finally:
+            raise interrupt
+
+
 def _quiet_close(conn: fabric.Connection) -> None:
     try:
         conn.client.close()
@@ -101,6 +114,10 @@ def _quiet_close(conn: fabric.Connection) -> None:
 
 
 # ----------------------------------------------------------------------------- remote scripts
+# Every bash we start is `bash --norc`: bash sources ~/.bashrc whenever it runs
+# under sshd (SSH_CLIENT set, SHLVL < 2), even for `bash -c`; the login shell
+# already did, and its exports are inherited. Twice costs 0.3-0.8 s per command
+# on a box with pyenv/conda init.
 # Each runs as `bash -c SCRIPT bisect-lab ARGS...`: the script is a constant and every
 # value arrives as a positional argument, so nothing needs quoting inside it.
 
@@ -132,12 +149,12 @@ fi
 
 # The session leader of a spawned command: runs it with output to files, then
 # records its exit code atomically (so a reader never sees a half-written rc).
-_SPAWN_WRAPPER = ('bash -c "$1" >"$2/stdout" 2>"$2/stderr" </dev/null; '
+_SPAWN_WRAPPER = ('bash --norc -c "$1" >"$2/stdout" 2>"$2/stderr" </dev/null; '
                   'echo $? >"$2/rc.tmp" && mv -f "$2/rc.tmp" "$2/rc"')
 
 
 def _bash(script: str, *args: object) -> str:
-    return "bash -c " + q(script) + " bisect-lab " + " ".join(q(str(a)) for a in args)
+    return "bash --norc -c " + q(script) + " bisect-lab " + " ".join(q(str(a)) for a in args)
 
 
 def _home_path(path: str) -> str:
@@ -172,6 +189,56 @@ def _cd(cwd: str | None) -> str:
 
 def _no_cwd(result_rc: int | None, stderr: str, cwd: str | None) -> bool:
     return bool(cwd) and result_rc == _NO_CWD_RC and (_NO_CWD_MSG + cwd) in stderr
+
+
+class _Shell:
+    """A persistent ``bash --noprofile --norc`` on one channel, for our own small
+    commands (poll, /proc snapshots, kill, mkdir, spawn).
+
+    Every SSH exec starts the user's login shell, and bash sources ~/.bashrc when
+    run by sshd: with pyenv or conda init that is 0.3-0.8 s per command. This
+    shell pays it once per connection; each call then costs one round trip.
+    Each call runs in a subshell (so `exit`/`cd` cannot hurt the helper) and ends
+    with a random marker line carrying its exit code.
+    """
+
+    def __init__(self, conn: fabric.Connection, open_timeout_s: float):
+        self.conn = conn
+        self.closed = False
+        transport = conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise EOFError("SSH transport is not active")
+        self.channel = transport.open_session(timeout=open_timeout_s)
+        self.channel.exec_command("exec bash --noprofile --norc")
+
+    def call(self, script: str, timeout_s: float) -> tuple[int, str]:
+        mark = "__bisect_lab_done_" + uuid.uuid4().hex
+        payload = f"( {script}\n) </dev/null 2>&1; printf '\\n%s %d\\n' {mark} $?\n"
+        deadline = time.monotonic() + timeout_s
+        self.channel.settimeout(timeout_s)
+        self.channel.sendall(payload.encode())
+        _SESSION_OPENED.value = True      # sent: from here on, a retry could run it twice
+        end = re.compile(rb"\n" + mark.encode() + rb" (\d+)\n")
+        buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("timed out")
+            self.channel.settimeout(left)
+            data = self.channel.recv(65536)
+            if not data:
+                raise EOFError("helper shell ended")
+            buf += data
+            m = end.search(buf)
+            if m:
+                return int(m[1]), buf[:m.start()].decode(errors="replace")
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.channel.close()
+        except Exception:
+            pass
 
 
 # ----------------------------------------------------------------------------- host
@@ -219,6 +286,8 @@ class SSHHost(Host):
         self._conn: _Connection | None = None
         self._lock = threading.RLock()
         self._sftp_lock = threading.Lock()
+        self._shell: _Shell | None = None
+        self._shell_lock = threading.Lock()
         self._cache: str | None = None
         self._spawned: list[SSHProcess] = []
 
@@ -227,8 +296,9 @@ class SSHHost(Host):
 
     # ------------------------------------------------------------------ connection
     def _new_connection(self) -> _Connection:
-        config = (fabric.Config(runtime_ssh_path=self.ssh_config) if self.ssh_config
-                  else fabric.Config())
+        overrides = {"runners": {"remote": _RemoteRunner}}
+        config = (fabric.Config(runtime_ssh_path=self.ssh_config, overrides=overrides)
+                  if self.ssh_config else fabric.Config(overrides=overrides))
         ct = self.connect_timeout_s
         kwargs: dict = {"banner_timeout": ct, "auth_timeout": ct, "channel_timeout": ct}
         if self.key:
@@ -386,6 +456,9 @@ class SSHHost(Host):
             except HostError:
                 pass
         with self._lock:
+            if self._shell is not None:
+                self._shell.close()
+                self._shell = None
             if self._conn is not None:
                 _quiet_close(self._conn)
                 self._conn = None
@@ -402,20 +475,38 @@ class SSHHost(Host):
             return r
         return self._with_connection(go, what)
 
-    def _helper(self, remote: str, timeout_s: float = _HELPER_TIMEOUT_S) -> str:
-        """Run one of our own small commands; anything but exit 0 is a HostError."""
+    def _shell_call(self, script: str, timeout_s: float = _HELPER_TIMEOUT_S, *,
+                    idempotent: bool = True) -> tuple[int, str]:
+        """Run one of our own small commands in the persistent helper shell;
+        return (exit code, stdout+stderr)."""
+        def go(conn: _Connection) -> tuple[int, str]:
+            with self._shell_lock:
+                shell = self._shell
+                if shell is None or shell.conn is not conn or shell.closed:
+                    shell = self._shell = _Shell(conn, self.connect_timeout_s)
+                try:
+                    return shell.call(script, timeout_s)
+                except (socket.timeout, TimeoutError) as e:
+                    shell.close()
+                    raise HostError(f"{self.name}: {script.strip()[:80]!r} timed out after "
+                                    f"{timeout_s:g} s") from e
+                except BaseException:
+                    shell.close()        # half a reply is waiting in it: never reuse
+                    raise
         try:
-            r = self._exec(remote + " </dev/null", timeout_s, remote)
-        except CommandTimedOut as e:
-            raise HostError(f"{self.name}: {remote[:80]!r} timed out after {timeout_s:g} s") from e
-        except HostError:
+            return self._with_connection(go, script.strip(), idempotent=idempotent)
+        except (HostError, KeyboardInterrupt):
             raise
         except Exception as e:
-            raise HostError(f"{self.name}: {remote[:80]!r} failed: {e}") from e
-        if r.exited != 0:
-            tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or [""]
-            raise HostError(f"{self.name}: {remote[:80]!r} failed (exit {r.exited}): {tail[0]}")
-        return r.stdout
+            raise HostError(f"{self.name}: {script.strip()[:80]!r} failed: {e}") from e
+
+    def _helper(self, script: str, timeout_s: float = _HELPER_TIMEOUT_S) -> str:
+        """Like :meth:`_shell_call`; anything but exit 0 is a HostError."""
+        rc, out = self._shell_call(script, timeout_s)
+        if rc != 0:
+            tail = out.strip().splitlines()[-1:] or [""]
+            raise HostError(f"{self.name}: {script.strip()[:80]!r} failed (exit {rc}): {tail[0]}")
+        return out
 
     def run(self, command: str | Sequence[str], *, timeout_s: float, cwd: str | None = None,
             env: Env | None = None, input: str | None = None) -> CommandResult:
@@ -432,7 +523,7 @@ class SSHHost(Host):
         # session that dies by a signal reports no exit status over SSH. The login
         # shell turns it into 128+N, as bash does locally.
         remote = (_cd(cwd) + " ".join(_env_words(env, run_id))
-                  + f" timeout -s KILL {limit} bash -c {q(shell)}"
+                  + f" timeout -s KILL {limit} bash --norc -c {q(shell)}"
                   + (" </dev/null" if input is None else "") + "; exit $?")
         t0 = time.monotonic()
         try:
@@ -468,18 +559,15 @@ class SSHHost(Host):
         run_id = uuid.uuid4().hex
         d = f"{self.cache_root()}/tmp/spawn-{run_id}"
         remote = (f"mkdir -p {q(d)} && " + _cd(cwd) + "{ " + " ".join(_env_words(env, run_id))
-                  + f" setsid bash -c {q(_SPAWN_WRAPPER)} bisect-lab-spawn {q(command)} {q(d)}"
+                  + f" setsid bash --norc -c {q(_SPAWN_WRAPPER)} bisect-lab-spawn {q(command)} {q(d)}"
                   + " </dev/null >/dev/null 2>&1 & echo $!; }")
-        try:
-            r = self._exec(remote + " </dev/null", _HELPER_TIMEOUT_S, command)
-        except CommandTimedOut as e:
-            raise HostError(f"{self.name}: starting {command[:120]!r} timed out") from e
-        if _no_cwd(r.exited, r.stderr, cwd):
+        # Not idempotent: never retried once sent, or the benchmark could start twice.
+        rc, text = self._shell_call(remote, idempotent=False)
+        if _no_cwd(rc, text, cwd):
             raise HostError(f"{self.name}: cannot start {command[:120]!r}: no such directory {cwd}")
-        out = r.stdout.strip().splitlines()
-        if r.exited != 0 or not out or not out[-1].isdigit():
-            raise HostError(f"{self.name}: cannot start {command[:120]!r}: "
-                            f"{(r.stderr.strip() or r.stdout.strip())[-300:]}")
+        out = text.strip().splitlines()
+        if rc != 0 or not out or not out[-1].isdigit():
+            raise HostError(f"{self.name}: cannot start {command[:120]!r}: {text.strip()[-300:]}")
         proc = SSHProcess(self, int(out[-1]), run_id, d)
         self._spawned.append(proc)
         return proc
