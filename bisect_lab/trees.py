@@ -35,7 +35,7 @@ import re
 import shlex
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -130,6 +130,11 @@ class TreeEntry:
     size_bytes: int | None  # None when not measured
     built: bool
 
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["patches"] = list(self.patches)
+        return d
+
 
 @dataclass(frozen=True)
 class RepoEntry:
@@ -149,6 +154,11 @@ class CacheInfo:
     @property
     def total_bytes(self) -> int:
         return sum(t.size_bytes or 0 for t in self.trees)
+
+    def to_dict(self) -> dict:
+        """Plain data for ``--json``: root, total_bytes, repos and trees (LRU first)."""
+        return {"root": self.root, "total_bytes": self.total_bytes,
+                "repos": [asdict(r) for r in self.repos], "trees": [t.to_dict() for t in self.trees]}
 
 
 @dataclass(frozen=True)
@@ -194,6 +204,22 @@ class CheckReport:
     @property
     def failures(self) -> tuple[CheckFailure, ...]:
         return (*self.alone, *((self.full_set,) if self.full_set else ()), *self.conflicts)
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per failure (empty when ok)."""
+        return [f.line() for f in self.failures]
+
+    def to_dict(self) -> dict:
+        """Plain data for ``--json``."""
+        return {"ok": self.ok, "ref": self.ref, "base": self.base, "patches": list(self.patches),
+                "pairs_checked": self.pairs_checked,
+                "alone": [asdict(f) for f in self.alone],
+                "full_set": asdict(self.full_set) if self.full_set else None,
+                "conflicts": [asdict(f) for f in self.conflicts], "problems": self.problems}
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
 
     def lines(self) -> list[str]:
         """Human-readable lines (the CLI prints them)."""
@@ -958,9 +984,19 @@ def _pick_victims(entries: list[TreeEntry], *, max_trees, max_bytes, keep: set[s
     return victims
 
 
-def cache_info(host: Host, *, sizes: bool = False) -> CacheInfo:
+def _as_host(host: "Host | str | os.PathLike") -> Host:
+    """A Host, or a local cache folder (what ``--cache`` names) as a LocalHost on it."""
+    if isinstance(host, Host):
+        return host
+    from .hosts.local import LocalHost
+    return LocalHost(cache_dir=host)
+
+
+def cache_info(host: "Host | str | os.PathLike", *, sizes: bool = False) -> CacheInfo:
     """Every cached repository and tree on ``host`` (for ``bisect-lab cache``), trees least
-    recently used first. ``sizes=True`` measures trees whose size is not recorded (``du``)."""
+    recently used first. ``host`` may also be a local cache folder. ``sizes=True`` measures trees
+    whose size is not recorded (``du``)."""
+    host = _as_host(host)
     root = posixpath.join(host.cache_root(), "repos")
     data = _scan(host, root)
     trees = _list_trees(host, root)
@@ -984,12 +1020,15 @@ def _replace_entry(t: TreeEntry, **kw) -> TreeEntry:
     return replace(t, **kw)
 
 
-def prune_cache(host: Host, *, max_trees: int | None = None, max_bytes: int | None = None,
-                older_than_s: float | None = None, all: bool = False,
-                log: Callable[[str], None] | None = None) -> list[TreeEntry]:
-    """Remove trees across every cached repository on ``host``: least recently used first until at
-    most ``max_trees`` / ``max_bytes`` remain, plus every tree unused for ``older_than_s`` seconds
-    (``all=True``: every tree). Clone caches are kept. Returns the removed trees."""
+def prune_cache(host: "Host | str | os.PathLike", *, max_trees: int | None = None,
+                max_bytes: int | None = None, older_than_s: float | None = None, all: bool = False,
+                everything: bool = False, log: Callable[[str], None] | None = None) -> list[TreeEntry]:
+    """Remove trees across every cached repository on ``host`` (or local cache folder): least
+    recently used first until at most ``max_trees`` / ``max_bytes`` remain, plus every tree unused
+    for ``older_than_s`` seconds (``all=True`` or ``everything=True``: every tree). Clone caches
+    are kept. Returns the removed trees."""
+    host = _as_host(host)
+    all = all or everything
     root = posixpath.join(host.cache_root(), "repos")
     entries = _list_trees(host, root)
     victims = _pick_victims(entries, max_trees=max_trees, max_bytes=max_bytes, keep=set(), all=all)

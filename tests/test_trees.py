@@ -265,10 +265,14 @@ def test_lru_pruning_by_count_and_cache_commands(host, world):
     info = tm.cache_info()
     assert [t.key for t in info.trees] == [ta.key, tc.key]      # least recently used first
     assert info.trees[0].patches == ("fix-a",) and info.repos[0].trees == 2
+    data = json.loads(json.dumps(cache_info(host.cache_root()).to_dict()))   # a folder works as host
+    assert [t["key"] for t in data["trees"]] == [ta.key, tc.key] and data["repos"][0]["repo"] == str(repo.path)
     removed = prune_cache(host, max_trees=1)
     assert [t.key for t in removed] == [ta.key] and worktrees(tm) == [tc.path]
-    assert tm.prune(all=True)[0].key == tc.key and worktrees(tm) == []
-    assert not tm.prepare(["fix-b"]).reused                # pruned trees are rebuilt
+    assert [t.key for t in prune_cache(host.cache_root(), everything=True)] == [tc.key] and worktrees(tm) == []
+    tb2 = tm.prepare(["fix-b"])
+    assert not tb2.reused                                  # pruned trees are rebuilt
+    assert [t.key for t in tm.prune(all=True)] == [tb2.key] and worktrees(tm) == []
 
 
 def test_lru_pruning_by_bytes(host, world):
@@ -369,7 +373,9 @@ def test_check_patchset_reports_alone_full_set_and_pairs(host, world, tmp_path):
     assert [(f.patches, f.patch, f.file) for f in rep.conflicts] == [
         (("dep-on-a", "clash"), "clash", "pkg/a.py"), (("fix-a", "clash"), "clash", "pkg/a.py")]
     assert rep.full_set.patch == "clash" and rep.full_set.file == "pkg/a.py"
-    assert any("conflict: fix-a + clash" in l for l in rep.lines())
+    assert any("conflict: fix-a + clash" in l for l in rep.lines()) and "fix-a + clash" in str(rep)
+    data = json.loads(json.dumps(rep.to_dict()))
+    assert data["ok"] is False and data["conflicts"][1]["file"] == "pkg/a.py" and len(data["problems"]) == 3
     # A patch that does not apply alone (made against other content).
     stale = repo.patch({"pkg/b.py": "something else\n"}, base="main").replace("B0 = 0", "B0 = nope")
     ps2 = load_patchset(write_patchset(tmp_path / "ps-stale", [
