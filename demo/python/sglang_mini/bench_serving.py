@@ -49,7 +49,7 @@ def summarize(args, sa, res: dict, workers: list) -> dict:
     paths = sorted({r["verify_path"] for r in reqs if r["verify_path"]})
     return {
         "backend": "sglang-mini", "device": res["device"], "tp_size": sa.tp_size,
-        "speculative_algorithm": sa.speculative_algorithm,
+        "speculative_algorithm": sa.speculative_algorithm, "gpu": res.get("gpu"),
         "completed": len(reqs), "duration": dur,
         "total_input_tokens": n_in, "total_output_tokens": n_out,
         "request_throughput": len(reqs) / dur, "input_throughput": n_in / dur,
@@ -118,7 +118,7 @@ def _json_line(m: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sglang_mini.bench_serving", description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "torch"])
     ap.add_argument("--tp-size", type=int, default=0)
     ap.add_argument("--speculative-algorithm", default=None, help="EAGLE3 or none")
     ap.add_argument("--speculative-num-steps", type=int, default=3)

@@ -7,7 +7,9 @@ import os
 
 @dataclasses.dataclass
 class ServerArgs:
-    # device: "cpu" (numpy), "cuda" (torch + CUDA graphs) or "auto" (cuda when torch sees a GPU)
+    # device: "cpu" (numpy), "cuda" (torch + CUDA graphs) or "auto" (cuda when torch sees a GPU);
+    # "torch" runs the torch runner with the small CPU shapes wherever torch runs (a check
+    # of the GPU code path on machines without a GPU: no graphs there)
     device: str = "auto"
     tp_size: int = 0                  # 0 = 2 workers on CPU, 1 on a single GPU
     seed: int = 0
@@ -43,7 +45,7 @@ class ServerArgs:
                 if getattr(self, k) == getattr(ServerArgs, k):
                     setattr(self, k, v)
         if self.tp_size == 0:
-            self.tp_size = 1 if self.device == "cuda" else 2
+            self.tp_size = 1 if self.device in ("cuda", "torch") else 2
         if self.speculative_algorithm in ("", "none", "None"):
             self.speculative_algorithm = None
         if self.speculative_algorithm not in (None, "EAGLE3"):

@@ -62,7 +62,7 @@ def launch_scheduler_processes(server_args, worker_env: dict):
 
 
 def _build_model_runner(server_args, rank, shared):
-    if server_args.device == "cuda":
+    if server_args.device in ("cuda", "torch"):
         from ..model_executor.torch_runner import TorchModelRunner
         return TorchModelRunner(server_args, rank)
     from ..model_executor.model_runner import ModelRunner

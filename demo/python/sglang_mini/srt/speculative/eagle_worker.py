@@ -8,14 +8,19 @@ class SpeculativeDecodingNotSupported(RuntimeError):
     pass
 
 
+def check_eagle3_support(model_cls) -> None:
+    """Refuse EAGLE-3 on a model that does not expose the hooks the draft needs."""
+    missing = [m for m in ("get_embed_and_head", "set_eagle3_layers_to_capture") if not hasattr(model_cls, m)]
+    if missing:
+        raise SpeculativeDecodingNotSupported(
+            f"speculative_algorithm=EAGLE3 needs {model_cls.__name__}.{' and .'.join(missing)}(), "
+            f"which this model does not provide: the EAGLE-3 hooks are not delegated to its "
+            f"language model, so speculation cannot run")
+
+
 class EAGLEWorker:
     def __init__(self, target, weights: dict, args):
-        missing = [m for m in ("get_embed_and_head", "set_eagle3_layers_to_capture") if not hasattr(target, m)]
-        if missing:
-            raise SpeculativeDecodingNotSupported(
-                f"speculative_algorithm=EAGLE3 needs {type(target).__name__}.{' and .'.join(missing)}(), "
-                f"which this model does not provide: the EAGLE-3 hooks are not delegated to its "
-                f"language model, so speculation cannot run")
+        check_eagle3_support(type(target))
         n = args.num_layers
         # low, middle and high layers, as EAGLE-3 fuses them
         target.set_eagle3_layers_to_capture([0, n // 2, n - 1])
