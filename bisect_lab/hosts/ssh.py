@@ -305,6 +305,14 @@ class SSHHost(Host):
             kwargs["key_filename"] = [self.key]
         conn = _Connection(self.target, port=self.port, config=config,
                            connect_timeout=max(1, math.ceil(ct)), connect_kwargs=kwargs)
+        # The target and every ProxyJump hop: fabric would trust any key on each.
+        hop: fabric.Connection | None = conn
+        while isinstance(hop, fabric.Connection):
+            self._verify_host_keys(hop)
+            hop = hop.gateway
+        return conn
+
+    def _verify_host_keys(self, conn: fabric.Connection) -> None:
         client = conn.client
         for path in self._known_hosts_files(conn):
             try:
@@ -314,7 +322,6 @@ class SSHHost(Host):
         strict = str(conn.ssh_config.get("stricthostkeychecking", "")).lower()
         accept = self.accept_unknown_host or strict in ("no", "off", "accept-new")
         client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept else _RejectUnknown())
-        return conn
 
     def _known_hosts_files(self, conn: fabric.Connection) -> list[str]:
         if self.known_hosts:
@@ -377,7 +384,8 @@ class SSHHost(Host):
         if isinstance(e, _UnknownHostKey):
             return HostError(
                 f"{self.name}: unknown SSH host key for {e.hostname}; if you trust it, run "
-                f"`ssh-keyscan {port_opt}{conn.host} >> ~/.ssh/known_hosts` (check the fingerprint) "
+                f"`ssh-keyscan {port_opt}{conn.host} >> {self.known_hosts or '~/.ssh/known_hosts'}` "
+                f"(check the fingerprint) "
                 f"or set `[host] accept_unknown_host = true`")
         if isinstance(e, paramiko.BadHostKeyException):
             return HostError(
