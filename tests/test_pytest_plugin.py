@@ -1,0 +1,182 @@
+"""The pytest plugin, through pytester: options, markers, matrices, statistical assertions, real
+trials of a toy target (real git repo, real benchmark processes, real SQLite store)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "perf"))
+from toytarget import Toy  # noqa: E402
+
+# In-process pytester restores sys.modules after each inner run; numpy and friends cannot be
+# imported twice in one process, so the heavy modules the fixtures load are imported here first.
+import bisect_lab.campaign  # noqa: E402,F401
+import bisect_lab.stats  # noqa: E402,F401
+import bisect_lab.store  # noqa: E402,F401
+import bisect_lab.sweep  # noqa: E402,F401
+import pandas  # noqa: E402,F401
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_is_cheap():
+    code = ("import sys, bisect_lab.pytest_plugin as p; "
+            "heavy = [m for m in ('pandas', 'scipy', 'numpy', 'matplotlib', 'fabric', 'git', 'sqlite3', "
+            "'bisect_lab.store', 'bisect_lab.campaign') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_plugin_is_registered_with_its_option_group(pytester):
+    res = pytester.runpytest("--help")
+    res.stdout.fnmatch_lines(["*bisect-lab performance experiments*", "*--bisect-lab-results*",
+                              "*--bisect-lab-experiment*", "*--bisect-lab-repeat*", "*--bisect-lab-unknown*"])
+    res = pytester.runpytest("--markers")
+    res.stdout.fnmatch_lines(["*@pytest.mark.bisect_lab(experiment=None, repeat=None, unknown=None*"])
+
+
+def test_matrix_ids_are_readable(pytester):
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest
+        from bisect_lab.matrix import params
+        @pytest.mark.parametrize("arm", params(["topk", "mla"], env={"NCCL_PROTO": ["LL", "Simple", None]}))
+        def test_arm(arm):
+            assert arm.split()[0] in ("all", "all-minus")
+    """))
+    res = pytester.runpytest("--collect-only", "-q")
+    res.stdout.fnmatch_lines(["*test_arm[[]all-NCCL_PROTO=LL[]]", "*test_arm[[]all-minus-topk-NCCL_PROTO=LL[]]",
+                              "*test_arm[[]all-minus-mla-NCCL_PROTO=unset[]]"])
+    assert "9 tests collected" in res.stdout.str()
+
+
+def test_matrix_validates_against_a_patch_set(tmp_path):
+    from bisect_lab.errors import UsageError
+    from bisect_lab.matrix import expand
+    toy = Toy(tmp_path / "t", patches={"slow": 0.75, "noop": 1.0, "other": 1.0})
+    cases = expand(toy.experiment, patches=["all", "slow", "only noop,other"], env={"TOY_CV": ["0.01"]})
+    assert [c.spec for c in cases] == ["all TOY_CV=0.01", "all-minus slow TOY_CV=0.01"]
+    assert [c.id for c in cases] == ["all-TOY_CV=0.01", "all-minus-slow-TOY_CV=0.01"]   # "only noop,other" == all-minus slow
+    assert [c.spec for c in expand(toy.experiment)] == ["all", "all-minus slow", "all-minus noop", "all-minus other"]
+    with pytest.raises(UsageError, match="slw"):
+        expand(toy.experiment, patches=["all-minus slw"])
+    with pytest.raises(UsageError, match="unknown patch 'slw'"):
+        expand(["slow", "noop"], patches=["slw"])
+
+
+UNKNOWN_TESTS = """
+    import pytest
+
+    # numbers measured elsewhere: nothing runs, only the statistics and the outcome policy
+    NOISY_A = [100, 80, 120]
+    NOISY_B = [95, 125, 78]
+
+    def test_undecided_default(bisect_lab):
+        bisect_lab.compare(NOISY_A, NOISY_B).assert_not_slower(0.02)
+
+    @pytest.mark.bisect_lab(unknown="skip")
+    def test_undecided_skip(bisect_lab):
+        bisect_lab.compare(NOISY_A, NOISY_B).assert_not_slower(0.02)
+
+    @pytest.mark.bisect_lab(unknown="xfail")
+    def test_undecided_xfail(bisect_lab):
+        bisect_lab.compare(NOISY_A, NOISY_B).assert_not_slower(0.02)
+
+    def test_clear_regression(bisect_lab):
+        bisect_lab.compare([100, 101, 99, 100], [80, 81, 79, 80]).assert_not_slower(0.02)
+
+    def test_clear_pass(bisect_lab):
+        c = bisect_lab.compare([100, 101, 99, 100], [100.5, 99.5, 100, 101])
+        c.assert_not_slower(0.02)
+        c.assert_not_slower()           # the default threshold, 2%
+
+    def test_small_significant_slowdown_within_threshold(bisect_lab):
+        # 1% slower, clearly (tight data), but inside the 5% allowance: passes
+        bisect_lab.compare([100.0, 100.1, 99.9, 100.0], [99.0, 99.1, 98.9, 99.0]).assert_not_slower(0.05)
+"""
+
+
+def test_unknown_outcome_is_configurable(pytester):
+    pytester.makepyfile(UNKNOWN_TESTS)
+    res = pytester.runpytest("-rsxf")
+    res.assert_outcomes(passed=2, failed=2, skipped=1, xfailed=1)
+    res.stdout.fnmatch_lines(["*_ test_undecided_default _*",
+                              "bisect-lab could not decide: 'b' is 1.2% slower than 'a'*straddles the allowed 2.0%*",
+                              "*_ test_clear_regression _*",
+                              "performance regression: 'b' is 20.0% slower than 'a' (value: 95% CI of the slowdown +1*"])
+    # the command-line default applies where the marker says nothing
+    res = pytester.runpytest("--bisect-lab-unknown=skip", "-k", "undecided_default")
+    res.assert_outcomes(skipped=1)
+    pytester.makeini("[pytest]\nbisect_lab_unknown = xfail\n")
+    res = pytester.runpytest("-k", "undecided_default")
+    res.assert_outcomes(xfailed=1)
+
+
+def test_runs_arms_of_a_real_experiment_and_fails_on_the_planted_regression(pytester, tmp_path):
+    toy = Toy(tmp_path / "toy", patches={"slow": 0.75, "noop": 1.0}, cv=0.01, repeat=3)
+    results = tmp_path / "results"
+    pytester.makepyfile(textwrap.dedent(f"""
+        import pytest
+        from bisect_lab.matrix import params
+
+        pytestmark = pytest.mark.bisect_lab(experiment={str(toy.experiment)!r}, repeat=3)
+
+        @pytest.mark.parametrize("arm", params({str(toy.experiment)!r}, patches=["all", "slow"]))
+        def test_not_slower_than_baseline(bisect_lab, arm):
+            c = bisect_lab.compare("none", arm)
+            c.assert_not_slower(max_regression=0.05)
+
+        def test_noop_alone_is_free(bisect_lab):
+            res = bisect_lab.run(["none", "only noop"])
+            assert len(res.values("none")) == 3
+            bisect_lab.compare("none", "only noop").assert_not_slower(0.05)
+
+        def test_slow_path_still_detected(bisect_lab):
+            bisect_lab.compare("none", "only slow").assert_slower(0.1)
+    """))
+    res = pytester.runpytest("-v", f"--bisect-lab-results={results}", f"--bisect-lab-cache={tmp_path / 'cache'}")
+    res.assert_outcomes(passed=3, failed=1)
+    out = res.stdout.str()
+    # the matrix: "all-minus slow" (= only noop) passes, "all" (with the slow patch) fails
+    res.stdout.fnmatch_lines(["*test_not_slower_than_baseline[[]all[]] FAILED*",
+                              "*test_not_slower_than_baseline[[]all-minus-slow[]] PASSED*",
+                              "*performance regression: 'all' is 2?.?% slower than 'none'*allowed: 5.0%*",
+                              "*bisect-lab*", "*campaign(s) stored in*"])
+    assert "Traceback" not in out
+    # results went into the same store as the CLI's, tagged with the node ids
+    from bisect_lab import load
+    df = load(results).trials()
+    tags = set(df["tag"])
+    assert "test_runs_arms_of_a_real_experiment_and_fails_on_the_planted_regression.py::test_noop_alone_is_free" in tags
+    assert any(t.endswith("test_not_slower_than_baseline[all]") for t in tags)
+    assert set(df["status"]) == {"ok"} and len(df) == 3 * 2 * 4
+    camps = load(results).campaigns()
+    assert set(camps["kind"]) == {"pytest"} and set(camps["status"]) == {"done"}
+
+
+def test_bad_arm_spec_fails_the_test_with_one_clear_line(pytester, tmp_path):
+    toy = Toy(tmp_path / "toy")
+    pytester.makepyfile(textwrap.dedent(f"""
+        import pytest
+        @pytest.mark.bisect_lab(experiment={str(toy.experiment)!r})
+        def test_typo(bisect_lab):
+            bisect_lab.compare("none", "all-minus slw")
+        def test_no_experiment(bisect_lab):
+            bisect_lab.compare("none", "all")
+    """))
+    res = pytester.runpytest(f"--bisect-lab-results={tmp_path / 'r'}", f"--bisect-lab-cache={tmp_path / 'c'}")
+    res.assert_outcomes(failed=2)
+    res.stdout.fnmatch_lines(["*bisect-lab: unknown patch*slw*", "*bisect-lab: no experiment file*"])
+    assert "Traceback" not in res.stdout.str()
+
+
+def test_skip_option_skips_bisect_lab_tests(pytester):
+    pytester.makepyfile(UNKNOWN_TESTS)
+    res = pytester.runpytest("--bisect-lab-skip")
+    res.assert_outcomes(skipped=6)
