@@ -553,55 +553,32 @@ class TreeManager:
             self._shipped[p.sha256] = remote
         return remote
 
-    def _apply_to_index(self, commit: str, patches: Sequence[Patch], index: str) -> str:
-        """Apply ``patches`` in order to a temporary index of ``commit``; return the tree id.
+    def _apply(self, commit: str, patches: Sequence[Patch], *, create: str | None = None,
+               message: str = "") -> tuple[str, str | None, bool]:
+        """Apply ``patches`` in order to a temporary index of ``commit`` and write the tree;
+        with ``create`` (a tree path) also make the tree's commit and check it out there.
 
-        Raises :class:`PatchError` naming the first patch that does not apply and its file.
+        One host command runs the whole pipeline (:data:`_APPLY_SCRIPT`): on a remote host every
+        round trip costs, so preparing a tree is one of them. Returns (tree id, head commit or
+        None, whether a leftover folder was discarded). Raises :class:`PatchError` naming the first
+        patch that does not apply and its file; nothing is left behind then.
         """
-        env = {"GIT_INDEX_FILE": index}
-        self._g("read-tree", commit, what="git read-tree", env=env)
-        if len(patches) > 1:
-            # Fast path: one process applies them all, in order (git apply is all-or-nothing and
-            # handles successive patches to one file). Only on failure do we go patch by patch to
-            # name the culprit, starting again from a fresh index.
-            res = self._g("apply", "--cached", "--whitespace=nowarn", *(self._patch_path(p) for p in patches),
-                          what="git apply", env=env, check=False)
-            if res.ok:
-                return self._g("write-tree", what="git write-tree", env=env).stdout.strip()
-            if res.timed_out:
-                raise HostCommandError("git apply", res)
-            self._g("read-tree", commit, what="git read-tree", env=env)
-        for p in patches:
-            res = self._g("apply", "--cached", "--whitespace=nowarn", self._patch_path(p),
-                          what=f"git apply {p.name}", env=env, check=False)
-            if res.timed_out:
-                raise HostCommandError(f"git apply {p.name}", res)
-            if not res.ok:
-                file, reason = apply_error(res.stderr)
-                where = f" at {file}" if file else ""
-                raise PatchError(f"patch {p.name!r} does not apply to {commit[:12]}{where}: {reason}",
-                                 patch=p.name, file=file)
-        return self._g("write-tree", what="git write-tree", env=env).stdout.strip()
+        argv = ["bash", "-c", _APPLY_SCRIPT, "bisect-lab-apply", self.git_dir, self._tmp_index(), commit,
+                create or "", message, *(self._patch_path(p) for p in patches)]
+        res = self._run(argv, what="applying patches", env=_IDENTITY, check=False)
+        out = dict((line.split(" ", 1) + [""])[:2] for line in res.stdout.splitlines() if line.strip())
+        if "FAILED" in out and not res.timed_out:
+            p = patches[int(out["FAILED"])]
+            file, reason = apply_error(res.stderr)
+            where = f" at {file}" if file else ""
+            raise PatchError(f"patch {p.name!r} does not apply to {commit[:12]}{where}: {reason}",
+                             patch=p.name, file=file)
+        if not res.ok or "TREE" not in out or (create and "DONE" not in out):
+            raise HostCommandError(f"preparing a tree of {commit[:12]}" if create else "git apply --cached", res)
+        return out["TREE"], out.get("HEAD"), "DISCARDED" in out
 
     def _tmp_index(self) -> str:
         return posixpath.join(self.root, "tmp", f"index-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-
-    def _rm_tmp(self, *paths: str) -> None:
-        if self.host.is_local:
-            for p in paths:
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
-        else:
-            self._run(["rm", "-f", *paths], what="rm", check=False)
-
-    def _mkdirs(self, *paths: str) -> None:
-        if self.host.is_local:
-            for p in paths:
-                os.makedirs(p, exist_ok=True)
-        else:
-            self._run(["mkdir", "-p", *paths], what="mkdir")
 
     def apply_check(self, patch_names: Iterable[str], commit: str | None = None, *,
                     expand: bool = True) -> str:
@@ -610,12 +587,7 @@ class TreeManager:
         ``expand=False`` applies exactly ``patch_names`` in the given order."""
         commit = self.resolve(commit) if commit else self.resolve()
         patches = self._ordered(patch_names) if expand else [self.patchset.get(n) for n in patch_names]
-        index = self._tmp_index()
-        self._mkdirs(posixpath.dirname(index))
-        try:
-            return self._apply_to_index(commit, patches, index)
-        finally:
-            self._rm_tmp(index, index + ".lock")
+        return self._apply(commit, patches)[0]
 
     # ------------------------------------------------------------------ trees
     def _paths(self, key: str) -> tuple[str, str, str]:
@@ -634,16 +606,17 @@ class TreeManager:
             return None
 
     def _write_json(self, path: str, data: dict) -> None:
-        """Write atomically (temp file + rename): a reader sees the whole marker or none."""
+        """Write so that a reader sees the whole marker or none (locally: temp file + rename)."""
         blob = json.dumps(data, indent=1, sort_keys=True).encode()
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         if self.host.is_local:
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
             with open(tmp, "wb") as f:
                 f.write(blob)
             os.replace(tmp, path)
         else:
-            self.host.write_bytes(tmp, blob)
-            self._run(["mv", "-f", tmp, path], what="mv")
+            # One round trip: a torn write leaves JSON that does not parse, which reads as "no
+            # marker" (the tree is rebuilt), never as a valid marker of a half-prepared tree.
+            self.host.write_bytes(path, blob)
 
     def _touch(self, path: str) -> None:
         if self.host.is_local:
@@ -688,27 +661,12 @@ class TreeManager:
         commit = self.resolve(commit)          # fetches a sha the cache does not hold yet
         path, marker, build_marker = self._paths(key)
         hashes = {p.name: p.sha256 for p in patches}
-        index = self._tmp_index()
-        self._mkdirs(self.trees_dir, posixpath.dirname(index))
-        try:
-            tree_hash = self._apply_to_index(commit, patches, index)
-        finally:
-            self._rm_tmp(index, index + ".lock")
         msg = f"bisect-lab tree {key}\n\nbase {commit}\n" + "".join(f"patch {p.name} {p.sha256}\n" for p in patches)
-        head = self._g("commit-tree", tree_hash, "-p", commit, "-m", msg, what="git commit-tree",
-                       env=_IDENTITY).stdout.strip()
-        # A leftover folder without marker is a crashed or interrupted preparation: never reuse it.
-        if self.host.exists(path):
-            self.log(f"discarding half-prepared tree {path}")
-            self._remove_worktree(path, marker, build_marker)
-        res = self._g("worktree", "add", "-q", "--detach", path, head, what="git worktree add", check=False)
-        if not res.ok and "already registered" in res.stderr:
-            # The folder was deleted by hand: forget the stale registration and retry once.
-            self._g("worktree", "prune", what="git worktree prune", check=False)
-            res = self._g("worktree", "add", "-q", "--detach", path, head, what="git worktree add", check=False)
-        if not res.ok:
-            self._remove_worktree(path, marker, build_marker)
-            raise HostCommandError(f"git worktree add {path}", res)
+        # The script discards a leftover folder without marker (a crashed or interrupted
+        # preparation) before checking out: such a folder is never reused.
+        tree_hash, head, discarded = self._apply(commit, patches, create=path, message=msg)
+        if discarded:
+            self.log(f"discarded half-prepared tree {path}")
         self.log(f"prepared tree {key} ({commit[:12]} + {', '.join(hashes) or 'no patches'})")
         data = {"key": key, "commit": commit, "tree_hash": tree_hash, "head": head,
                 "patches": list(hashes), "patch_hashes": hashes, "repo": self.target.repo,
@@ -872,6 +830,59 @@ real = os.path.realpath(origin)
 inside = os.path.commonpath([real, root]) == root
 print("INSIDE" if inside else "OUTSIDE", real)
 sys.exit(0 if inside else 4)
+"""
+
+
+# The tree pipeline as one host command (argv: git_dir index commit path message patches...).
+# stdout protocol: "TREE <id>", "HEAD <sha>", "DISCARDED", "DONE", or "FAILED <i>" (patch i, with
+# git apply's stderr on stderr). Arguments arrive as argv: nothing is interpolated into the script.
+_APPLY_SCRIPT = r"""
+set -u
+git_dir=$1 index=$2 commit=$3 path=$4 msg=$5
+shift 5
+g() { git -c gc.auto=0 -c maintenance.auto=0 -c core.hooksPath=/dev/null --git-dir "$git_dir" "$@"; }
+trap 'rm -f "$index" "$index.lock"' EXIT
+mkdir -p "${index%/*}" || exit 1
+export GIT_INDEX_FILE=$index
+g read-tree "$commit" || exit 2
+if [ $# -gt 0 ]; then
+    # Fast path: one git apply for all (all-or-nothing, successive patches to a file are fine).
+    # On failure, start again patch by patch to name the culprit.
+    if ! g apply --cached --whitespace=nowarn "$@" 2>/dev/null; then
+        g read-tree "$commit" || exit 2
+        i=0
+        for p in "$@"; do
+            g apply --cached --whitespace=nowarn "$p" || { echo "FAILED $i"; exit 3; }
+            i=$((i + 1))
+        done
+    fi
+fi
+tree=$(g write-tree) || exit 4
+echo "TREE $tree"
+[ -n "$path" ] || exit 0
+head=$(g commit-tree "$tree" -p "$commit" -m "$msg") || exit 5
+echo "HEAD $head"
+# From here on the tree's own index must be used, not the temporary one.
+unset GIT_INDEX_FILE
+if [ -e "$path" ]; then
+    echo "DISCARDED"
+    rm -f "$path.json" "$path.build.json"
+    g worktree remove --force --force "$path" 2>/dev/null
+    rm -rf "$path"
+    g worktree prune
+fi
+mkdir -p "${path%/*}" || exit 1
+if ! out=$(g worktree add -q --detach "$path" "$head" 2>&1); then
+    case $out in
+    *"already registered"*)
+        # The folder was deleted by hand: forget the stale registration and retry once.
+        g worktree prune
+        out=$(g worktree add -q --detach "$path" "$head" 2>&1) || { echo "$out" >&2; rm -rf "$path"; g worktree prune; exit 6; } ;;
+    *)
+        echo "$out" >&2; rm -rf "$path"; g worktree prune; exit 6 ;;
+    esac
+fi
+echo "DONE"
 """
 
 
