@@ -150,6 +150,11 @@ def test_cwd_with_spaces_and_quotes(host, tmp_path):
     assert r.ok and r.stdout == f"{d.resolve()}\n"
     with pytest.raises(HostError, match="no such directory"):
         host.run("true", timeout_s=20, cwd=str(tmp_path / "missing dir"))
+    proc = host.spawn("pwd -P", cwd=str(d))
+    assert proc.wait(20) == 0 and proc.output() == (f"{d.resolve()}\n", "")
+    proc.close()
+    with pytest.raises(HostError, match="no such directory"):
+        host.spawn("true", cwd=str(tmp_path / "missing dir"))
 
 
 def test_spawn_poll_output_descendants_kill(host, tmp_path):

@@ -147,9 +147,12 @@ else echo gone
 fi
 '''
 
-# The session leader of a spawned command: runs it with output to files, then
-# records its exit code atomically (so a reader never sees a half-written rc).
-_SPAWN_WRAPPER = ('bash --norc -c "$1" >"$2/stdout" 2>"$2/stderr" </dev/null; '
+# The session leader of a spawned command: records its own pid (once its
+# environment carries the token, so poll() can recognise it), runs the command
+# with output to files, then records the exit code. Both files are written
+# atomically (tmp + mv) so a reader never sees half of one.
+_SPAWN_WRAPPER = ('echo $$ >"$2/pid.tmp" && mv -f "$2/pid.tmp" "$2/pid"; '
+                  'bash --norc -c "$1" >"$2/stdout" 2>"$2/stderr" </dev/null; '
                   'echo $? >"$2/rc.tmp" && mv -f "$2/rc.tmp" "$2/rc"')
 
 
@@ -568,7 +571,11 @@ class SSHHost(Host):
         d = f"{self.cache_root()}/tmp/spawn-{run_id}"
         remote = (f"mkdir -p {q(d)} && " + _cd(cwd) + "{ " + " ".join(_env_words(env, run_id))
                   + f" setsid bash --norc -c {q(_SPAWN_WRAPPER)} bisect-lab-spawn {q(command)} {q(d)}"
-                  + " </dev/null >/dev/null 2>&1 & echo $!; }")
+                  + " </dev/null >/dev/null 2>&1 & }"
+                  # Wait (up to 10 s) for the wrapper's own pid: `$!` is known before
+                  # the exec that gives the process its token, and poll() needs that.
+                  + f" && i=0 && while [ ! -s {q(d)}/pid ] && [ $i -lt 1000 ]; do sleep 0.01;"
+                  + f" i=$((i+1)); done; cat {q(d)}/pid")
         # Not idempotent: never retried once sent, or the benchmark could start twice.
         rc, text = self._shell_call(remote, idempotent=False)
         if _no_cwd(rc, text, cwd):
