@@ -52,6 +52,8 @@ OUT_EPS = 0.05
 OUT_K = 5.0
 # Endpoint samples per side before the confirm test may decide; fewer gives a Welch df near 1.
 MIN_ENDPOINT = 3
+# Endpoint samples per side before the endpoints alone may answer no-regression.
+NULL_MIN_ENDPOINT = 5
 # Re-measure an endpoint after this many trials without one (drift guard for long runs).
 REMEASURE_EVERY = 20
 # EM iterations per observation; warm-started, so a few suffice.
@@ -61,6 +63,9 @@ EM_ITERS = 2
 DRIFT_PRIOR_SD = 1e-4
 # A speculative batch member must add at least this share of the best single test's information.
 SPECULATE_MIN_GAIN = 0.2
+# Prior probability, when bisection starts, that there is no regression of min_effect or more (the
+# confirm step can be fooled by noise); the data then decide.
+NULL_PRIOR = 0.5
 # Pseudo-samples pulling each side's noise scale toward the pooled one.
 SCALE_PRIOR_N = 8.0
 
@@ -224,7 +229,10 @@ class BisectionStrategy:
         self._last_endpoint_t = 0
         self._params: tuple[float, float, float, float, float] | None = None  # a, b, sg, sb, beta
         self._post: np.ndarray | None = None     # P(c = i), i = 0..n-1 (index 0 always 0)
-        self._effect_cache: tuple[float, float, float] | None = None
+        self._p_null = 0.0
+        # Scale of the half-normal prior on the step (log units): regressions of interest are a
+        # few percent to tens of percent.
+        self._delta_scale = max(0.1, 5 * self._d_min)
 
     # ------------------------------------------------------------------ public protocol
     @property
@@ -325,18 +333,41 @@ class BisectionStrategy:
             out.append(nxt)
         return out
 
-    def _update_confirm(self) -> None:
+    def _endpoint_test(self) -> tuple[float, float, float] | None:
+        """(d, lower, upper): regression size u_good - u_bad of the endpoints and its two-sided
+        interval at ``confidence``; None while a side has fewer than MIN_ENDPOINT samples."""
         good, bad = self._endpoint_samples()
         if good.size < MIN_ENDPOINT or bad.size < MIN_ENDPOINT:
-            return
+            return None
         d, se, df = _welch(good, bad)
         q = float(_stats.t.ppf(1 - (1 - self.confidence) / 2, df))
-        lo, hi = d - q * se, d + q * se
-        self._effect_cache = (d, se, df)
+        return d, d - q * se, d + q * se
+
+    def _endpoints_equal(self) -> bool:
+        """The endpoints differ by less than min_effect, at ``confidence``. Needs NULL_MIN_ENDPOINT
+        samples a side: a scale estimated from 3 samples is too often far too small."""
+        good, bad = self._endpoint_samples()
+        if min(good.size, bad.size) < NULL_MIN_ENDPOINT:
+            return False
+        test = self._endpoint_test()
+        return test is not None and test[2] < self._d_min
+
+    def _update_confirm(self) -> None:
+        test = self._endpoint_test()
+        if test is None:
+            return
+        d, lo, _ = test
+        good, bad = self._endpoint_samples()
+        _, se, df = _welch(good, bad)
+        # One-sided at 1 - confidence: a lenient gate on purpose. Looking after every pair makes
+        # any per-look test leaky (~20% false starts with no step in simulation), and the
+        # posterior below carries an explicit "no change" hypothesis that catches false starts;
+        # a strict gate would instead cost every real regression several trials.
+        lo1 = d - float(_stats.t.ppf(self.confidence, df)) * se
         cap = max(4 * MIN_ENDPOINT, self.max_trials // 3)
-        if lo > 0 and d >= self._d_min / 2:
+        if lo1 > 0 and d >= self._d_min / 2:
             self._start_bisect()
-        elif hi < self._d_min:
+        elif self._endpoints_equal():
             self._finish("no-regression", reason="endpoints-equal")
         elif len(self._path) >= cap:
             # The endpoints alone cannot decide within a third of the budget: bisect if the
@@ -381,38 +412,72 @@ class BisectionStrategy:
         return num / (den + var / DRIFT_PRIOR_SD**2) if den > 0 else 0.0
 
     def _log_marginal(self, pos: np.ndarray, u: np.ndarray, omega: np.ndarray,
-                      separate: bool) -> np.ndarray:
-        """log P(data | c) for every c, with the means and noise scale integrated out.
+                      separate: bool) -> tuple[np.ndarray, np.ndarray]:
+        """log P(data, regression >= min_effect | c) and log P(data, smaller or none | c), every c.
 
-        Normal noise with unknown means (flat priors) and unknown variance (Jeffreys prior), shared
-        by both sides or one per side; observation j has variance sigma^2 / omega_j (omega < 1 for
-        samples the robust fit calls outliers). Integrating the parameters out, rather than
-        plugging in estimates from a handful of endpoint samples, is what keeps the posterior
-        honest early on: plug-in estimates made "95%" mean ~75% in simulation.
+        Normal noise with unknown level (flat prior) and unknown scale (Jeffreys prior, integrated
+        numerically on a log grid), shared by both sides; observation j has variance
+        sigma^2 / omega_j (omega < 1 for samples the robust fit calls outliers). The step
+        delta = bad - good (log units) has a half-normal prior of scale ``self._delta_scale`` on
+        each side of -d_min: below it is a regression of interest, above it (including no change
+        and improvements) is "no regression". That second hypothesis is what lets a bisection
+        that the confirm step started on noise end in ``no-regression`` rather than name a culprit.
+        Integrating the parameters out, rather than plugging in estimates from a handful of
+        endpoint samples, keeps the posterior honest early on: plug-in estimates made "95%" mean
+        ~75% in simulation.
+
+        With ``separate`` (the endpoints clearly differ in variance) each side has its own scale and
+        flat priors on both levels, and "no regression" is ruled out (-inf).
+
+        Every c between two consecutive measured positions splits the data the same way, so the
+        work is done once per such segment (a few dozen) and spread over its positions.
         """
         n = self.n
-        W = np.cumsum(np.bincount(pos, weights=omega, minlength=n))
-        U = np.cumsum(np.bincount(pos, weights=omega * u, minlength=n))
-        Q = np.cumsum(np.bincount(pos, weights=omega * u * u, minlength=n))
-        C = np.cumsum(np.bincount(pos, minlength=n)).astype(float)
-        # Good side of c = positions < c: prefix up to c-1; bad side = the rest.
+        xs, inv = np.unique(pos, return_inverse=True)
+        W = np.cumsum(np.bincount(inv, weights=omega))
+        U = np.cumsum(np.bincount(inv, weights=omega * u))
+        Q = np.cumsum(np.bincount(inv, weights=omega * u * u))
+        C = np.cumsum(np.bincount(inv)).astype(float)
+        # Segment k: xs[k] < c <= xs[k+1]; good side = measured positions <= xs[k].
         Wg, Ug, Qg, Cg = W[:-1], U[:-1], Q[:-1], C[:-1]
         Wb, Ub, Qb, Cb = W[-1] - Wg, U[-1] - Ug, Q[-1] - Qg, C[-1] - Cg
-        # Centre before subtracting: sums of squares of log values near 4.6 lose digits otherwise.
         Sg = np.maximum(Qg - Ug * Ug / Wg, 0.0)
         Sb = np.maximum(Qb - Ub * Ub / Wb, 0.0)
         floor = 1e-10
-        logml = np.full(n, -np.inf)
+        lengths = np.diff(xs)
         if separate:
-            vals = (
+            seg1 = (
                 -0.5 * np.log(Wg) + _special.gammaln((Cg - 1) / 2) - (Cg - 1) / 2 * np.log(Sg + floor)
                 - 0.5 * np.log(Wb) + _special.gammaln((Cb - 1) / 2) - (Cb - 1) / 2 * np.log(Sb + floor)
             )
+            seg0 = np.full_like(seg1, -np.inf)
         else:
             N = C[-1]
-            vals = -0.5 * np.log(Wg) - 0.5 * np.log(Wb) - (N - 2) / 2 * np.log(Sg + Sb + floor)
-        logml[1:] = vals
-        return logml
+            S = Sg + Sb + floor
+            # Distance of the observed step from the -d_min boundary between the hypotheses.
+            D = Ub / Wb - Ug / Wg + self._d_min
+            h = 1 / Wg + 1 / Wb
+            s2 = self._delta_scale**2
+            lo = math.sqrt(float(S.min()) / max(N - 2, 1.0)) / 4
+            hi = math.sqrt(float(S.max() + (D * D / h).max()) / max(N - 2, 1.0)) * 3
+            sig = np.exp(np.linspace(math.log(lo), math.log(max(hi, lo * 1.01)), 40))
+            v2 = sig * sig
+            sh = v2[None, :] * h[:, None]
+            v = sh + s2
+            z = D[:, None] * np.sqrt(s2 / (v * sh))  # posterior mean / sd of the step, standardized
+            common = (
+                -(N - 1) * np.log(sig)[None, :]
+                - S[:, None] / (2 * v2[None, :])
+                + 0.5 * np.log(sh / v)
+                - D[:, None] ** 2 / (2 * v)
+            )
+            seg1 = _special.logsumexp(common + _special.log_ndtr(-z), axis=1)
+            seg0 = _special.logsumexp(common + _special.log_ndtr(z), axis=1)
+        out1 = np.full(n, -np.inf)
+        out0 = np.full(n, -np.inf)
+        out1[1:] = np.repeat(seg1, lengths)
+        out0[1:] = np.repeat(seg0, lengths)
+        return out1, out0
 
     def _update_bisect(self) -> None:
         pos, u, t = self._arrays()
@@ -424,20 +489,25 @@ class BisectionStrategy:
         # One scale per side only when the endpoints clearly disagree on it (a regression that
         # loses CUDA graphs turns CV 0.6% into 14%); otherwise one shared scale is more efficient.
         f = float(np.var(good, ddof=1) / max(np.var(bad, ddof=1), 1e-300))
-        p_f = 2 * min(_stats.f.cdf(f, good.size - 1, bad.size - 1),
-                      _stats.f.sf(f, good.size - 1, bad.size - 1))
-        separate = bool(p_f < 0.01)
+        cdf = float(_special.fdtr(good.size - 1, bad.size - 1, f))
+        separate = bool(2 * min(cdf, 1 - cdf) < 0.01)
         omega = np.ones_like(u)
+        log_prior_c = math.log(1 / (self.n - 1))
         for it in range(EM_ITERS):
-            logml = self._log_marginal(pos, u, omega, separate)
-            logml -= logml[1:].max()
-            post = np.exp(logml)
-            post /= post.sum()
+            logml, logml0 = self._log_marginal(pos, u, omega, separate)
+            logp = logml + log_prior_c + math.log(1 - NULL_PRIOR)
+            logp0 = logml0 + log_prior_c + math.log(NULL_PRIOR)
+            top = max(float(logp[1:].max()), float(logp0[1:].max()))
+            post = np.exp(logp - top)
+            p0 = float(np.exp(logp0 - top).sum())
+            z = post.sum() + p0
+            post /= z
+            p0 /= z
             # Soft fit given the posterior: w = P(position is bad) = P(c <= position).
             w = np.cumsum(post)[pos]
             og, ob = (1 - w) * omega, w * omega
             a = float((og * u).sum() / og.sum())
-            b = float((ob * u).sum() / ob.sum())
+            b = float((ob * u).sum() / max(ob.sum(), 1e-12))
             sg2 = float((og * (u - a) ** 2).sum() / max((1 - w).sum() - 1, 1.0))
             sb2 = float((ob * (u - b) ** 2).sum() / max(w.sum() - 1, 1.0))
             if not separate:
@@ -452,9 +522,16 @@ class BisectionStrategy:
             # Robustness: a sample far from the side it probably belongs to counts less.
             omega = (1 - w) * _precision_weight((u - a) / sg) + w * _precision_weight((u - b) / sb)
         self._post = post
+        self._p_null = p0
         i = int(np.argmax(post))
         if post[i] >= self.confidence:
             self._finish("culprit", reason="posterior")
+            return
+        if p0 >= self.confidence:
+            self._finish("no-regression", reason="posterior-null")
+            return
+        if self._endpoints_equal():
+            self._finish("no-regression", reason="endpoints-equal")
             return
         lo, hi, mass = self._hpd_range()
         if mass >= self.confidence and hi > lo and all(
