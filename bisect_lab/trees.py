@@ -32,7 +32,6 @@ import json
 import os
 import posixpath
 import re
-import shlex
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -599,9 +598,7 @@ class TreeManager:
             if self.host.is_local:
                 with open(path, "rb") as f:
                     return json.loads(f.read())
-            if not self.host.exists(path):
-                return None
-            return json.loads(self.host.read_bytes(path))
+            return json.loads(self.host.read_bytes(path))      # one round trip, no exists() first
         except (FileNotFoundError, ValueError):
             return None
 

@@ -19,7 +19,7 @@ from bisect_lab.model import Target
 from bisect_lab.patchset import load_patchset
 from bisect_lab.trees import (BuildError, PreparedTree, TreeManager, apply_error, cache_info,
                               check_patchset, prune_cache)
-from gitrepos import (GitRepo, PatchSpec, dirty_checkout_with_stash, git, linear_repo, merge_repo,
+from gitrepos import (PatchSpec, dirty_checkout_with_stash, git, linear_repo, merge_repo,
                       plain_folder, snapshot, write_patchset)
 
 
