@@ -55,8 +55,8 @@ class ServerArgs:
         return self
 
 
-GPU_MODEL_SHAPE = dict(vocab_size=32000, hidden_size=4096, num_layers=8, num_heads=32, head_dim=128,
-                       kv_lora_rank=512, num_experts=8, moe_intermediate_size=1024, max_seq_len=2048)
+GPU_MODEL_SHAPE = dict(vocab_size=8192, hidden_size=2048, num_layers=8, num_heads=16, head_dim=128,
+                       kv_lora_rank=256, num_experts=8, moe_intermediate_size=1024, max_seq_len=2048)
 
 
 def _cuda_available() -> bool:

@@ -14,6 +14,7 @@ generator on the device (different numbers from the CPU model, same structure).
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import torch
@@ -41,7 +42,10 @@ class _Weights:
         nh, dh, R = a.num_heads, a.head_dim, a.kv_lora_rank
         # Logit margins grow like sqrt(H): scale the residual pushes along, so that the
         # draft/target agreement (accept length) stays in the same range as on CPU.
+        # More layers add more pushes: scale each by sqrt(3 / L) (3 = the CPU model's depth).
         gain = math.sqrt(H / 64.0)
+        # 0.75: tuned on the GPU shape for an accept length of ~2.5 (override to retune)
+        layer_gain = math.sqrt(3.0 / L) * float(os.environ.get("SGLANG_MINI_RESIDUAL_GAIN", "0.75"))
 
         def mat(*shape, fan_in, scale=1.0):
             w = torch.randn(*shape, generator=g, device=device, dtype=torch.float32)
@@ -53,7 +57,7 @@ class _Weights:
         inv = torch.argsort(perm)
         self.embed = emb.to(DTYPE)
         self.lm_head = (emb[inv] / math.sqrt(H)).to(DTYPE)          # [V, H]
-        s = RESIDUAL_SCALE * gain
+        s = RESIDUAL_SCALE * gain * layer_gain
         self.layers = []
         for _ in range(L):
             self.layers.append(dict(
