@@ -349,6 +349,34 @@ def test_ssh_blackhole_listener_times_out(sshd):
     assert h.name in str(e.value) and "within 2 s" in str(e.value)
 
 
+def test_ssh_syn_dropping_port_times_out(sshd):
+    # A full accept queue makes Linux drop further SYNs: the TCP connect itself hangs.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = []
+        try:
+            for _ in range(8):
+                s = socket.socket()
+                s.settimeout(0.3)
+                try:
+                    s.connect(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    break
+                fillers.append(s)
+            h = ssh_host(sshd, port=port, connect_timeout_s=2)
+            t0 = time.monotonic()
+            with pytest.raises(HostError, match=rf"{port}.*within 2 s"):
+                h.run("true", timeout_s=20)
+            elapsed = time.monotonic() - t0
+        finally:
+            for s in fillers:
+                s.close()
+    assert 1.5 < elapsed < 2 + 5, elapsed
+
+
 def test_ssh_unroutable_address_times_out(sshd):
     # TEST-NET-1: either no route (fast error) or silence (timeout); never a hang.
     t0 = time.monotonic()

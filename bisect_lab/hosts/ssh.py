@@ -25,6 +25,7 @@ Remote requirements: a POSIX login shell, bash, coreutils (``timeout``,
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 import re
@@ -58,6 +59,11 @@ _NO_CWD_RC = 97
 _NO_CWD_MSG = "bisect-lab: no such directory: "
 
 T = TypeVar("T")
+
+# paramiko logs the failures we turn into one-line HostErrors (with tracebacks, via
+# logging's last-resort handler when the app configured none); an app that does
+# configure logging (--debug) still sees them.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 q = shlex.quote
 
@@ -336,8 +342,11 @@ class SSHHost(Host):
             files = [os.path.expanduser(f) for f in user_files + glob_files]
         return [f for f in files if os.path.isfile(f)]
 
-    def _where(self, conn: fabric.Connection) -> str:
-        return f"{conn.user}@{conn.host}:{conn.port}"
+    def _at(self, conn: fabric.Connection) -> str:
+        """`` (user@host:port)`` where the name alone does not say it (aliases)."""
+        if f"{conn.host}:{conn.port}" in self.name:
+            return ""
+        return f" ({conn.user}@{conn.host}:{conn.port})"
 
     def _open(self) -> _Connection:
         conn = self._new_connection()
@@ -371,7 +380,7 @@ class SSHHost(Host):
         if not finished:
             abandoned.set()
             _quiet_close(conn)
-            raise HostError(f"{self.name}: no SSH connection to {self._where(conn)} within "
+            raise HostError(f"{self.name}{self._at(conn)}: no SSH connection within "
                             f"{self.connect_timeout_s:g} s (host down or port blackholed?)")
         if "error" in box:
             _quiet_close(conn)
@@ -382,36 +391,37 @@ class SSHHost(Host):
         return conn
 
     def _connect_error(self, conn: fabric.Connection, e: BaseException) -> BaseException:
-        where = self._where(conn)
+        # One line, starting with the host as the user named it ("gpu1: ...").
+        at = self._at(conn)
+        ct = f"{self.connect_timeout_s:g} s"
         port_opt = f"-p {conn.port} " if int(conn.port) != 22 else ""
         if isinstance(e, _UnknownHostKey):
             return HostError(
                 f"{self.name}: unknown SSH host key for {e.hostname}; if you trust it, run "
                 f"`ssh-keyscan {port_opt}{conn.host} >> {self.known_hosts or '~/.ssh/known_hosts'}` "
-                f"(check the fingerprint) "
-                f"or set `[host] accept_unknown_host = true`")
+                f"(check the fingerprint) or set `[host] accept_unknown_host = true`")
         if isinstance(e, paramiko.BadHostKeyException):
             return HostError(
-                f"{self.name}: SSH host key of {where} does NOT match known_hosts (reinstalled host "
-                f"or man-in-the-middle); if expected, run `ssh-keygen -R {e.hostname}` and accept "
+                f"{self.name}{at}: SSH host key does NOT match known_hosts (reinstalled host or "
+                f"man-in-the-middle); if expected, run `ssh-keygen -R {e.hostname}` and accept "
                 f"the new key")
         if isinstance(e, paramiko.AuthenticationException):
-            return HostError(f"{self.name}: SSH authentication failed for {where}: {e}"
+            return HostError(f"{self.name}{at}: SSH authentication failed as {conn.user}: {e}"
                              + ("" if self.key else " (set `[host] key`?)"))
         if isinstance(e, socket.gaierror):
             return HostError(f"{self.name}: cannot resolve host name {conn.host!r}: {e.strerror}")
         if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
-            return HostError(f"{self.name}: cannot connect to {where}: connection refused")
+            return HostError(f"{self.name}{at}: cannot connect: connection refused")
         if isinstance(e, (socket.timeout, TimeoutError)):
-            return HostError(f"{self.name}: no answer from {where} within "
-                             f"{self.connect_timeout_s:g} s (host down or port blackholed?)")
+            return HostError(f"{self.name}{at}: no answer within {ct} "
+                             f"(host down or port blackholed?)")
         if isinstance(e, paramiko.SSHException) and any(
                 w in str(e).lower() for w in ("banner", "no existing session")):
             # The TCP connection opened, but the handshake never completed.
-            return HostError(f"{self.name}: {where} accepted the connection but no SSH server "
-                             f"answered within {self.connect_timeout_s:g} s")
+            return HostError(f"{self.name}{at}: the port accepted the connection but no SSH "
+                             f"server answered within {ct}")
         if isinstance(e, (OSError, EOFError, paramiko.SSHException)):
-            return HostError(f"{self.name}: cannot connect to {where}: {e or type(e).__name__}")
+            return HostError(f"{self.name}{at}: cannot connect: {e or type(e).__name__}")
         return e        # a bug (or KeyboardInterrupt): not ours to rename
 
     def _connection(self) -> _Connection:
