@@ -169,6 +169,9 @@ class HostWorker:
             bench_s = time.monotonic() - bench_t0
             self._prune_owned()
             stdout, stderr = proc.output()
+            close = getattr(proc, "close", None)
+            if close:
+                close()           # captured output lives in temp files (remote ones too)
             extra["benchmark_s"] = bench_s
             env_report = sampler.report()
             extra["stdout_tail"] = _tail(stdout, 40)
