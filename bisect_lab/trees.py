@@ -553,17 +553,19 @@ class TreeManager:
         return remote
 
     def _apply(self, commit: str, patches: Sequence[Patch], *, create: str | None = None,
-               message: str = "") -> tuple[str, str | None, bool]:
+               message: str = "", marker: str = "") -> tuple[str, str | None, set[str]]:
         """Apply ``patches`` in order to a temporary index of ``commit`` and write the tree;
         with ``create`` (a tree path) also make the tree's commit and check it out there.
 
         One host command runs the whole pipeline (:data:`_APPLY_SCRIPT`): on a remote host every
-        round trip costs, so preparing a tree is one of them. Returns (tree id, head commit or
-        None, whether a leftover folder was discarded). Raises :class:`PatchError` naming the first
+        round trip costs, so preparing a tree is one of them. ``marker`` is the ready marker's JSON
+        with ``@TREE@``/``@HEAD@`` placeholders, written last by the script. Returns (tree id, head
+        commit or None, flags: ``DISCARDED`` a leftover folder was removed, ``READY`` another
+        process prepared this tree meanwhile). Raises :class:`PatchError` naming the first
         patch that does not apply and its file; nothing is left behind then.
         """
         argv = ["bash", "-c", _APPLY_SCRIPT, "bisect-lab-apply", self.git_dir, self._tmp_index(), commit,
-                create or "", message, *(self._patch_path(p) for p in patches)]
+                create or "", message, marker, *(self._patch_path(p) for p in patches)]
         res = self._run(argv, what="applying patches", env=_IDENTITY, check=False)
         out = dict((line.split(" ", 1) + [""])[:2] for line in res.stdout.splitlines() if line.strip())
         if "FAILED" in out and not res.timed_out:
@@ -572,9 +574,9 @@ class TreeManager:
             where = f" at {file}" if file else ""
             raise PatchError(f"patch {p.name!r} does not apply to {commit[:12]}{where}: {reason}",
                              patch=p.name, file=file)
-        if not res.ok or "TREE" not in out or (create and "DONE" not in out):
+        if not res.ok or "TREE" not in out or (create and not ({"DONE", "READY"} & set(out))):
             raise HostCommandError(f"preparing a tree of {commit[:12]}" if create else "git apply --cached", res)
-        return out["TREE"], out.get("HEAD"), "DISCARDED" in out
+        return out["TREE"], out.get("HEAD"), {k for k in ("DISCARDED", "READY") if k in out}
 
     def _tmp_index(self) -> str:
         return posixpath.join(self.root, "tmp", f"index-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -659,20 +661,28 @@ class TreeManager:
         path, marker, build_marker = self._paths(key)
         hashes = {p.name: p.sha256 for p in patches}
         msg = f"bisect-lab tree {key}\n\nbase {commit}\n" + "".join(f"patch {p.name} {p.sha256}\n" for p in patches)
-        # The script discards a leftover folder without marker (a crashed or interrupted
-        # preparation) before checking out: such a folder is never reused.
-        tree_hash, head, discarded = self._apply(commit, patches, create=path, message=msg)
-        if discarded:
+        # The marker is written by the script itself, last and under the tree's lock, so a
+        # concurrent preparation of the same arm waits and then reuses it.
+        template = {"key": key, "commit": commit, "tree_hash": "@TREE@", "head": "@HEAD@",
+                    "patches": list(hashes), "patch_hashes": hashes, "repo": self.target.repo,
+                    "created": time.time()}
+        tree_hash, head, flags = self._apply(commit, patches, create=path, message=msg,
+                                             marker=json.dumps(template, indent=1, sort_keys=True))
+        if "READY" in flags:
+            info = self._read_json(marker) or {}
+            return PreparedTree(path=path, commit=commit, tree_hash=info.get("tree_hash", tree_hash), key=key,
+                                reused=True, patches=tuple(hashes), patch_hashes=hashes,
+                                head=info.get("head", ""))
+        if "DISCARDED" in flags:
+            # A leftover folder without marker: a crashed or interrupted preparation.
             self.log(f"discarded half-prepared tree {path}")
         self.log(f"prepared tree {key} ({commit[:12]} + {', '.join(hashes) or 'no patches'})")
-        data = {"key": key, "commit": commit, "tree_hash": tree_hash, "head": head,
-                "patches": list(hashes), "patch_hashes": hashes, "repo": self.target.repo,
-                "created": time.time()}
         if self.max_bytes is not None:
+            data = self._read_json(marker) or {}
             data["size_bytes"] = self._du(path)
-        self._write_json(marker, data)
+            self._write_json(marker, data)
         tree = PreparedTree(path=path, commit=commit, tree_hash=tree_hash, key=key, reused=False,
-                            patches=tuple(hashes), patch_hashes=hashes, head=head)
+                            patches=tuple(hashes), patch_hashes=hashes, head=head or "")
         self._enforce_limits(keep={key})
         return tree
 
@@ -685,7 +695,7 @@ class TreeManager:
 
     def _remove_worktree(self, path: str, marker: str, build_marker: str) -> None:
         # Marker first: from this instant on the tree is never reused, whatever happens next.
-        self._run(["rm", "-f", marker, build_marker], what="rm", check=False)
+        self._run(["rm", "-f", marker, build_marker, path + ".lock"], what="rm", check=False)
         self._g("worktree", "remove", "--force", "--force", path, what="git worktree remove", check=False)
         self._run(["rm", "-rf", path], what="rm", check=False)
         self._g("worktree", "prune", what="git worktree prune", check=False)
@@ -830,13 +840,13 @@ sys.exit(0 if inside else 4)
 """
 
 
-# The tree pipeline as one host command (argv: git_dir index commit path message patches...).
-# stdout protocol: "TREE <id>", "HEAD <sha>", "DISCARDED", "DONE", or "FAILED <i>" (patch i, with
+# The tree pipeline as one host command (argv: git_dir index commit path message marker patches...).
+# stdout protocol: "TREE <id>", "HEAD <sha>", "DISCARDED", "READY", "DONE", or "FAILED <i>" (patch i, with
 # git apply's stderr on stderr). Arguments arrive as argv: nothing is interpolated into the script.
 _APPLY_SCRIPT = r"""
 set -u
-git_dir=$1 index=$2 commit=$3 path=$4 msg=$5
-shift 5
+git_dir=$1 index=$2 commit=$3 path=$4 msg=$5 marker=$6
+shift 6
 g() { git -c gc.auto=0 -c maintenance.auto=0 -c core.hooksPath=/dev/null --git-dir "$git_dir" "$@"; }
 trap 'rm -f "$index" "$index.lock"' EXIT
 mkdir -p "${index%/*}" || exit 1
@@ -857,10 +867,16 @@ fi
 tree=$(g write-tree) || exit 4
 echo "TREE $tree"
 [ -n "$path" ] || exit 0
-head=$(g commit-tree "$tree" -p "$commit" -m "$msg") || exit 5
-echo "HEAD $head"
 # From here on the tree's own index must be used, not the temporary one.
 unset GIT_INDEX_FILE
+mkdir -p "${path%/*}" || exit 1
+# One preparation of a given tree at a time on this host; a waiter finds the marker and reuses.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$path.lock" && flock -w 3600 9 || exit 7
+    if [ -s "$path.json" ]; then echo "READY"; exit 0; fi
+fi
+head=$(g commit-tree "$tree" -p "$commit" -m "$msg") || exit 5
+echo "HEAD $head"
 if [ -e "$path" ]; then
     echo "DISCARDED"
     rm -f "$path.json" "$path.build.json"
@@ -868,7 +884,6 @@ if [ -e "$path" ]; then
     rm -rf "$path"
     g worktree prune
 fi
-mkdir -p "${path%/*}" || exit 1
 if ! out=$(g worktree add -q --detach "$path" "$head" 2>&1); then
     case $out in
     *"already registered"*)
@@ -879,6 +894,10 @@ if ! out=$(g worktree add -q --detach "$path" "$head" 2>&1); then
         echo "$out" >&2; rm -rf "$path"; g worktree prune; exit 6 ;;
     esac
 fi
+# The ready marker, last: written to a temporary name and renamed, so it is whole or absent.
+m=${marker//@TREE@/$tree}
+m=${m//@HEAD@/$head}
+printf '%s' "$m" > "$path.json.tmp-$$" && mv -f "$path.json.tmp-$$" "$path.json" || exit 8
 echo "DONE"
 """
 
@@ -1048,7 +1067,7 @@ def prune_cache(host: "Host | str | os.PathLike", *, max_trees: int | None = Non
         git_dir = posixpath.join(repo_root, "git")
         if log:
             log(f"removing tree {t.path}")
-        host.run(["rm", "-f", t.path + ".json", t.path + ".build.json"], timeout_s=60)
+        host.run(["rm", "-f", t.path + ".json", t.path + ".build.json", t.path + ".lock"], timeout_s=60)
         host.run(_git("worktree", "remove", "--force", "--force", t.path, git_dir=git_dir), timeout_s=600,
                  env=GIT_ENV)
         host.run(["rm", "-rf", t.path], timeout_s=600)

@@ -133,6 +133,30 @@ def test_reuse_runs_no_git_process_and_is_fast(host, world, monkeypatch):
     assert calls == [] and per_call < 0.05
 
 
+def test_concurrent_preparation_of_one_arm_builds_it_once(host, world):
+    import threading
+    repo, ps = world
+    manager(host, repo, ps).resolve("main")                  # clone cache exists before the race
+    results, errors = [], []
+
+    def go():
+        try:
+            results.append(manager(host, repo, ps).prepare(["fix-a", "fix-b"]))
+        except Exception as e:                                # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len({r.path for r in results}) == 1 and len({r.tree_hash for r in results}) == 1
+    assert sum(not r.reused for r in results) == 1           # built once, the others waited and reused
+    assert worktrees(manager(host, repo, ps)) == [results[0].path]
+    assert "A1 = 'patched'" in Path(results[0].path, "pkg/a.py").read_text()
+
+
 def test_dependency_order_and_closure(host, world):
     repo, ps = world
     t = manager(host, repo, ps).prepare(["dep-on-a"])      # fix-a comes with it, applied first
