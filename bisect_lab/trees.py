@@ -309,9 +309,9 @@ class TreeManager:
     # ------------------------------------------------------------------ git plumbing
     def _run(self, argv: Sequence[str], *, what: str, cwd: str | None = None,
              env: Mapping[str, str | None] | None = None, timeout_s: float | None = None,
-             check: bool = True) -> CommandResult:
+             check: bool = True, input: str | None = None) -> CommandResult:
         res = self.host.run(list(argv), timeout_s=timeout_s or self.git_timeout_s, cwd=cwd,
-                            env={**GIT_ENV, **(env or {})})
+                            env={**GIT_ENV, **(env or {})}, input=input)
         if check and not res.ok:
             raise HostCommandError(what, res)
         return res
@@ -386,36 +386,62 @@ class TreeManager:
                     timeout_s=self.fetch_timeout_s, check=False)
 
     def _ship_bundle(self, local_repo: str, ref: str | None) -> None:
-        """Send a local repository to a remote host as a bundle and fetch from it there."""
+        """Send a local repository to a remote host as a bundle and fetch from it there.
+
+        Incremental: the commits shipped last time (recorded on the host in ``shipped.json``) are
+        excluded from the bundle, and the refs are then set explicitly on the host (so a branch or
+        HEAD that moved *backwards* is followed too). Any failure of that path falls back to a full
+        bundle. Nothing is sent when the source's refs did not change.
+        """
         import subprocess
         import tempfile
         env = {k: v for k, v in os.environ.items() if k not in GIT_ENV}
         env["LC_ALL"] = "C"
-        state = subprocess.run(["git", "-C", local_repo, "show-ref", "--head"], env=env,
-                               capture_output=True, text=True, timeout=120).stdout
-        digest = hashlib.sha256(state.encode()).hexdigest()
-        marker = posixpath.join(self.root, "shipped.txt")
-        try:
-            if self.host.read_bytes(marker).decode() == digest:
-                return           # nothing changed since the last bundle
-        except Exception:
-            pass
-        self.log(f"bundling {local_repo} for {self.host.name}")
-        with tempfile.TemporaryDirectory() as tmp:
-            bundle = os.path.join(tmp, "repo.bundle")
-            p = subprocess.run(["git", "-C", local_repo, "bundle", "create", "-q", bundle, "HEAD",
-                                "--branches", "--tags"], env=env, capture_output=True, text=True,
-                               timeout=self.fetch_timeout_s)
-            if p.returncode != 0:
-                raise HostError(f"git bundle of {local_repo} failed: {p.stderr.strip().splitlines()[-1:]}")
-            data = Path(bundle).read_bytes()
-        remote = posixpath.join(self.root, "incoming.bundle")
-        self.host.write_bytes(remote, data, timeout_s=max(60.0, len(data) / 1e6))
-        try:
-            self._fetch_from(remote, ref, what=f"git fetch (bundle of {local_repo})")
-        finally:
-            self._run(["rm", "-f", remote], what="rm", check=False)
-        self.host.write_bytes(marker, digest.encode())
+
+        def local_git(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+            return subprocess.run(["git", "-C", local_repo, *args], env=env, capture_output=True, text=True,
+                                  input=input, timeout=self.fetch_timeout_s)
+
+        refs: dict[str, str] = {}
+        for line in local_git("show-ref", "--head").stdout.splitlines():
+            sha, name = line.split(" ", 1)
+            if name == "HEAD" or name.startswith(("refs/heads/", "refs/tags/")):
+                refs[name] = sha
+        digest = hashlib.sha256(json.dumps(refs, sort_keys=True).encode()).hexdigest()
+        marker = posixpath.join(self.root, "shipped.json")
+        shipped = self._read_json(marker) or {}
+        if shipped.get("digest") == digest:
+            return           # nothing changed since the last bundle
+        have = [t for t in shipped.get("tips", []) if _SHA_RE.match(t)]
+        if have:             # only exclusions the local repository knows (it may have been gc'ed)
+            probe = local_git("cat-file", "--batch-check", input="".join(t + "\n" for t in have)).stdout
+            have = [w[0] for w in (l.split() for l in probe.splitlines()) if len(w) == 3 and w[1] == "commit"]
+        updates = "".join(f"update {_HEAD_REF if n == 'HEAD' else n} {sha}\n" for n, sha in sorted(refs.items()))
+        for incremental in ((True, False) if have else (False,)):
+            self.log(f"bundling {local_repo} for {self.host.name}" + (" (incremental)" if incremental else ""))
+            with tempfile.TemporaryDirectory() as tmp:
+                bundle = os.path.join(tmp, "repo.bundle")
+                args = ["bundle", "create", "-q", bundle, "HEAD", "--branches", "--tags"]
+                if incremental:
+                    args += ["--not", *have]
+                p = local_git(*args)
+                if p.returncode != 0 and not (incremental and "empty bundle" in p.stderr):
+                    raise HostError(f"git bundle of {local_repo} failed: "
+                                    f"{(p.stderr.strip().splitlines() or ['?'])[-1]}")
+                data = Path(bundle).read_bytes() if p.returncode == 0 else None
+            remote = posixpath.join(self.root, "incoming.bundle")
+            if data is not None:
+                self.host.write_bytes(remote, data, timeout_s=max(60.0, len(data) / 1e6))
+            res = self._run(["bash", "-c", _SHIP_SCRIPT, "bisect-lab-ship", self.git_dir,
+                             remote if data is not None else "", *_REFSPECS],
+                            what=f"git fetch (bundle of {local_repo})", check=False,
+                            timeout_s=self.fetch_timeout_s, input=updates)
+            if res.ok:
+                break
+            if not incremental:
+                raise HostCommandError(f"git fetch (bundle of {local_repo})", res)
+        tips = sorted(set(refs.values()))
+        self._write_json(marker, {"digest": digest, "tips": tips})
 
     def _import_folder(self, folder: str, git_dir: str) -> str:
         """Import a plain folder into ``git_dir`` (on this host) as one parentless commit.
@@ -899,6 +925,21 @@ m=${marker//@TREE@/$tree}
 m=${m//@HEAD@/$head}
 printf '%s' "$m" > "$path.json.tmp-$$" && mv -f "$path.json.tmp-$$" "$path.json" || exit 8
 echo "DONE"
+"""
+
+
+# Fetch a shipped bundle (if any) and set the refs to the source's values, atomically.
+# argv: git_dir bundle-or-empty refspecs...; the ref updates (update-ref --stdin lines) on stdin.
+_SHIP_SCRIPT = r"""
+set -u
+git_dir=$1 bundle=$2
+shift 2
+g() { git -c gc.auto=0 -c maintenance.auto=0 -c core.hooksPath=/dev/null --git-dir "$git_dir" "$@"; }
+if [ -n "$bundle" ]; then
+    trap 'rm -f "$bundle"' EXIT
+    g fetch -q --update-head-ok --no-write-fetch-head "$bundle" "$@" </dev/null || exit 2
+fi
+g update-ref --stdin || exit 3
 """
 
 

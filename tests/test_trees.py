@@ -262,6 +262,19 @@ def test_remote_code_path_ships_bundle_and_patches(tmp_path, world):
         tm.prepare(["fix-a", "clash"])
     info = cache_info(host)
     assert [r.repo for r in info.repos] == [str(repo.path)] and len(info.trees) == 1
+    # Incremental shipping follows new commits, and a HEAD that moves backwards.
+    new = repo.commit("new", {"log.txt": "new\n"})
+    msgs: list[str] = []
+    fresh = manager(host, repo, ps, log=msgs.append)
+    assert fresh.resolve("main") == new and Path(fresh.prepare([]).path, "log.txt").read_text() == "new\n"
+    repo.git("checkout", "-q", "--detach", "HEAD~2")
+    head_tm = TreeManager(host, Target(repo=str(repo.path), ref="HEAD"), log=msgs.append)
+    assert head_tm.resolve() == repo.head() != new and head_tm.resolve("main") == new
+    bundling = [m for m in msgs if m.startswith("bundling")]
+    assert len(bundling) == 2 and all("(incremental)" in m for m in bundling)     # no full fallback
+    assert len(TreeManager(host, Target(repo=str(repo.path)), log=msgs.append).resolve()) == 40
+    assert len([m for m in msgs if m.startswith("bundling")]) == 2                  # unchanged: nothing sent
+    assert not Path(tm.root, "incoming.bundle").exists()
     # Plain folder on a remote host: imported locally, shipped as a bundle.
     folder = plain_folder(tmp_path / "plain")
     os.environ["BISECT_LAB_CACHE"] = str(tmp_path / "local-cache")
