@@ -16,7 +16,7 @@ The helpers:
 - :class:`GitRepo` — a checkout: ``write``, ``commit``, ``branch``, ``switch``, ``merge``, ``stash``,
   ``patch`` (make a patch from edits without touching the checkout), ``git`` (run anything).
 - :func:`linear_repo`, :func:`merge_repo`, :func:`dirty_checkout_with_stash`, :func:`plain_folder`,
-  :func:`fast_import_repo` (thousands of files/commits in about a second).
+  :func:`fast_import_repo` (thousands of files and commits in seconds).
 - :class:`PatchSpec` + :func:`write_patchset` — patch files plus a ``patchset.toml``.
 - :func:`snapshot` — a byte-for-byte picture of a checkout (working tree and all of ``.git``).
 """
@@ -260,7 +260,7 @@ def plain_folder(path: str | os.PathLike, files: Mapping[str, "str | bytes"] | N
 def fast_import_repo(path: str | os.PathLike, n_files: int = 3000, n_commits: int = 3000, *,
                      touched_per_commit: int = 2, frozen: Iterable[str] = (),
                      seed: int = 0) -> GitRepo:
-    """A large repository generated with ``git fast-import`` (3,000 files x 3,000 commits: ~2 s).
+    """A large repository generated with ``git fast-import`` (3,000 files x 3,000 commits: a few seconds).
 
     The first commit creates ``n_files`` files ``src/dNN/fNNNN.py`` of ~40 lines each; each of the
     following ``n_commits - 1`` commits rewrites one line in ``touched_per_commit`` files, never in

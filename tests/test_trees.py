@@ -248,7 +248,7 @@ def test_plain_folder_is_imported_by_content(host, tmp_path):
     assert not (folder / ".git").exists()
 
 
-def test_remote_code_path_ships_bundle_and_patches(tmp_path, world):
+def test_remote_code_path_ships_bundle_and_patches(tmp_path, world, monkeypatch):
     repo, ps = world
     host = NonLocalHost(cache_dir=tmp_path / "remote-cache")
     tm = manager(host, repo, ps)
@@ -277,11 +277,9 @@ def test_remote_code_path_ships_bundle_and_patches(tmp_path, world):
     assert not Path(tm.root, "incoming.bundle").exists()
     # Plain folder on a remote host: imported locally, shipped as a bundle.
     folder = plain_folder(tmp_path / "plain")
-    os.environ["BISECT_LAB_CACHE"] = str(tmp_path / "local-cache")
-    try:
-        tf = TreeManager(host, Target(repo=str(folder))).prepare([])
-    finally:
-        del os.environ["BISECT_LAB_CACHE"]
+    monkeypatch.setenv("BISECT_LAB_CACHE", str(tmp_path / "local-cache"))     # the local staging repo
+    tf = TreeManager(host, Target(repo=str(folder))).prepare([])
+    assert (tmp_path / "local-cache" / "staging").is_dir()
     assert Path(tf.path, "README").read_text() == "plain folder\n"
 
 
