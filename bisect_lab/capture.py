@@ -69,7 +69,9 @@ class _Git:
     def __init__(self, repo: Path, extra_env: dict[str, str] | None = None):
         self.repo = repo
         env = {k: v for k, v in os.environ.items() if k not in _CLEAR}
-        env.update({"LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"})
+        # Literal pathspecs: a file named "a*.py" must select that file only, not a glob.
+        env.update({"LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0",
+                    "GIT_LITERAL_PATHSPECS": "1"})
         env.update(extra_env or {})
         self.env = env
 
@@ -150,12 +152,9 @@ def capture(repo_path: str | os.PathLike, out_dir: str | os.PathLike, *, split: 
     _, rules = parse_split(split)
     if (out / MANIFEST).exists() and not force:
         raise UsageError(f"--out {out} already holds a {MANIFEST}; choose an empty folder")
-    try:
-        if out == top or out.is_relative_to(top):
-            raise UsageError(f"--out {out} is inside the checkout {top}; choose a folder outside it "
-                             "(the checkout must stay untouched)")
-    except AttributeError:
-        pass
+    if out == top or out.is_relative_to(top):
+        raise UsageError(f"--out {out} is inside the checkout {top}; choose a folder outside it "
+                         "(the checkout must stay untouched)")
 
     with tempfile.TemporaryDirectory(prefix="bisect-lab-capture-") as tmp:
         if range is not None:

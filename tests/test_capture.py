@@ -90,10 +90,11 @@ def test_capture_binary_and_name_collisions(tmp_path):
     repo = linear_repo(tmp_path / "src", n_commits=1, files={
         "x/util.py": "a\n", "y/util.py": "b\n", "img.bin": bytes(range(256))})
     repo.write({"x/util.py": "a2\n", "y/util.py": "b2\n", "img.bin": bytes(range(255, -1, -1)),
-                "Weird Name!.TXT": "w\n"})
+                "Weird Name!.TXT": "w\n", "star*.py": "s\n", "starlet.py": "t\n"})
     out = capture(repo.path, tmp_path / "ps")
     ps = load_patchset(out)
-    assert sorted(ps.names) == ["img", "weird-name", "x-util", "y-util"]
+    assert sorted(ps.names) == ["img", "star", "starlet", "weird-name", "x-util", "y-util"]
+    assert ps.get("star").files == ("star*.py",)        # a literal path, not a glob
     t = TreeManager(LocalHost(cache_dir=tmp_path / "cache"), Target(repo=str(repo.path)), ps).prepare(ps.names)
     assert Path(t.path, "img.bin").read_bytes() == bytes(range(255, -1, -1))
     assert Path(t.path, "Weird Name!.TXT").read_text() == "w\n"
