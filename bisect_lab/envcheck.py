@@ -260,8 +260,8 @@ class EnvSampler:
         # Host.python plus "-I -S": the probe needs only the stdlib, and skipping
         # site-packages (.pth files, pyenv shims' site) makes it ~6x cheaper,
         # which matters at one probe every 0.5 s.
-        res = self.host.run([self.host.python_exe, "-I", "-S", "-c", _PROBE, req],
-                            timeout_s=self.timeout_s)
+        res = self.host.quick([self.host.python_path(), "-I", "-S", "-c", _PROBE, req],
+                              timeout_s=self.timeout_s)
         if not res.ok:
             raise BisectLabError(f"env probe failed on {res.host}: {res.stderr.strip()[-200:]}")
         data = json.loads(res.stdout or "{}")

@@ -121,7 +121,7 @@ class HostWorker:
                 if not ok:
                     return fail(TrialStatus.IMPORT_CHECK_FAILED, msg)
             out_dir = f"{self.host.cache_root()}/out/{campaign}/{index}"
-            self.host.run(["mkdir", "-p", out_dir], timeout_s=30).check("creating the trial's output folder")
+            self.host.quick(["mkdir", "-p", out_dir], timeout_s=30).check("creating the trial's output folder")
 
             gpu_before = None
             extra: dict = {}
@@ -213,7 +213,7 @@ class HostWorker:
 
     def _result_files(self, out_dir: str) -> dict[str, str]:
         """Result files the benchmark wrote on a remote host ({out}), for the parsers."""
-        res = self.host.run(["find", out_dir, "-maxdepth", "1", "-type", "f", "-size", "-8M",
+        res = self.host.quick(["find", out_dir, "-maxdepth", "1", "-type", "f", "-size", "-8M",
                              "(", "-name", "*.json", "-o", "-name", "*.jsonl", "-o", "-name", "*.log", ")"],
                             timeout_s=30)
         files = {}
@@ -234,7 +234,7 @@ class HostWorker:
             self.owned_pids = {p for p in self.owned_pids if psutil.pid_exists(p)}
             return
         pids = ",".join(str(p) for p in sorted(self.owned_pids))
-        res = self.host.run(["ps", "-o", "pid=", "-p", pids], timeout_s=30)
+        res = self.host.quick(["ps", "-o", "pid=", "-p", pids], timeout_s=30)
         alive = {int(x) for x in res.stdout.split() if x.isdigit()}
         if res.returncode in (0, 1):
             self.owned_pids &= alive

@@ -224,7 +224,9 @@ class GpuInspector:
         if self.in_process and set(sections) <= {"gpu", "load"}:
             return probe_script.probe(sections, fake_path=self.fake_nvml or os.environ.get(FAKE_ENV))
         env = {FAKE_ENV: self.fake_nvml} if self.fake_nvml else None
-        r = self.host.python(probe_source(), *sections, timeout_s=self.timeout_s, env=env)
+        # Volatile sections sit on every trial's path: one helper-shell round trip remotely.
+        run = self.host.python if {"static", "torch"} & set(sections) else self.host.quick_python
+        r = run(probe_source(), *sections, timeout_s=self.timeout_s, env=env)
         if not r.ok:
             raise ProbeError(f"GPU probe failed on {self.host.name}: "
                              f"{'timed out' if r.timed_out else (r.stderr.strip() or r.stdout.strip())[-300:]}")

@@ -143,6 +143,26 @@ class Host(ABC):
         """Run a Python snippet on the host (probes: GPU, /proc, versions)."""
         return self.run([self.python_exe, "-c", code, *args], timeout_s=timeout_s, env=env)
 
+    def quick(self, command: str | Sequence[str], *, timeout_s: float = 30.0, cwd: str | None = None,
+              env: Env | None = None) -> CommandResult:
+        """A short command of bisect-lab's own (mkdir, touch, ps, probes), on the hot path of a trial.
+
+        Same result as :meth:`run`, but remote hosts may run it in a persistent
+        helper shell that skips the login shell's start-up files (one round trip
+        instead of a new session): never use it for the user's own commands, whose
+        environment must be the login environment.
+        """
+        return self.run(command, timeout_s=timeout_s, cwd=cwd, env=env)
+
+    def python_path(self) -> str:
+        """The interpreter :meth:`python` uses, as a path that works outside the login shell."""
+        return self.python_exe
+
+    def quick_python(self, code: str, *args: str, timeout_s: float = 60.0,
+                     env: Env | None = None) -> CommandResult:
+        """:meth:`python` through :meth:`quick` (same interpreter as the login shell finds)."""
+        return self.quick([self.python_path(), "-c", code, *args], timeout_s=timeout_s, env=env)
+
     python_exe: str = "python3"
 
     def close(self) -> None:

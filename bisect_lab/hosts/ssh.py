@@ -297,6 +297,7 @@ class SSHHost(Host):
         self._sftp_lock = threading.Lock()
         self._shell: _Shell | None = None
         self._shell_lock = threading.Lock()
+        self._python_path: str | None = None
         self._cache: str | None = None
         self._spawned: list[SSHProcess] = []
 
@@ -570,6 +571,41 @@ class SSHHost(Host):
             raise HostError(f"{self.name}: cannot run {shell[:120]!r}: no such directory {cwd}")
         return CommandResult(shell, r.exited, r.stdout, r.stderr, time.monotonic() - t0,
                              False, self.name)
+
+    def quick(self, command: str | Sequence[str], *, timeout_s: float = 30.0, cwd: str | None = None,
+              env: Env | None = None) -> CommandResult:
+        """One round trip through the helper shell (no login start-up files).
+
+        stdout holds the command's output; its stderr is dropped (the helper merges
+        streams, and probes print JSON on stdout).
+        """
+        shell = as_shell(command)
+        script = _cd(cwd) + " ".join(_env_words(env, None)) + f" bash --norc -c {q(shell)} 2>/dev/null"
+        t0 = time.monotonic()
+        try:
+            rc, out = self._shell_call(script, timeout_s)
+        except HostError as e:
+            if "timed out" in str(e):
+                return CommandResult(shell, None, "", str(e), time.monotonic() - t0, True, self.name)
+            raise
+        if _no_cwd(rc, out, cwd):
+            raise HostError(f"{self.name}: cannot run {shell[:120]!r}: no such directory {cwd}")
+        return CommandResult(shell, rc, out, "", time.monotonic() - t0, False, self.name)
+
+    def python_path(self) -> str:
+        """The absolute interpreter that ``python_exe`` names in the login environment (cached),
+        so that probes in the helper shell use the same Python and packages."""
+        if self._python_path is None:
+            r = self.run([self.python_exe, "-c", "import sys; print(sys.executable)"], timeout_s=60)
+            path = r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else ""
+            self._python_path = path if path.startswith("/") else ""
+        return self._python_path or self.python_exe
+
+    def quick_python(self, code: str, *args: str, timeout_s: float = 60.0,
+                     env: Env | None = None) -> CommandResult:
+        if not self.python_path().startswith("/"):
+            return self.python(code, *args, timeout_s=timeout_s, env=env)   # login shell it is
+        return self.quick([self.python_path(), "-c", code, *args], timeout_s=timeout_s, env=env)
 
     def spawn(self, command: str, *, cwd: str | None = None, env: Env | None = None) -> "SSHProcess":
         """Start ``command`` under bash in its own session on the remote host.
