@@ -29,7 +29,8 @@ REQUIRED = "eagle3-delegation"
 OPTIONAL = ["oea-topk", "mla-gather-cast", "nccl-env-propagation", "sm120-fixes"]
 ALIASES = {"topk": "oea-topk", "oea": "oea-topk", "mla": "mla-gather-cast", "nccl": "nccl-env-propagation",
            "sm120": "sm120-fixes"}
-BENCH = ["-m", "sglang_mini.bench_serving", "--speculative-algorithm", "EAGLE3"]
+# --device cpu unless the extra arguments say otherwise (the last --device wins)
+BENCH = ["-m", "sglang_mini.bench_serving", "--device", "cpu", "--speculative-algorithm", "EAGLE3"]
 
 DEFAULT_ARMS = [
     "none", "all",

@@ -182,3 +182,16 @@ def test_sm120_fixes_is_a_no_op_here(trees):
     _, sm = bench(trees("sm120-fixes", REQUIRED), env={"NCCL_PROTO": "LL128"})
     assert sm["accept_length"] == base["accept_length"]
     assert sm["all_reduce"] == base["all_reduce"] and sm["verify_path"] == base["verify_path"]
+
+
+def test_torch_runner_paths_without_a_gpu(trees):
+    """The GPU code path (torch runner) on CPU: same planted behaviour, no CUDA graphs."""
+    pytest.importorskip("torch")
+    r, _ = bench(trees(), "--device", "torch")
+    assert r.returncode == 1 and "SpeculativeDecodingNotSupported" in r.stderr
+    r0, base = bench(trees(REQUIRED), "--device", "torch")
+    r1, mla = bench(trees("mla-gather-cast", REQUIRED), "--device", "torch")
+    assert r0.returncode == 0 and r1.returncode == 0, r0.stderr + r1.stderr
+    assert base["verify_path"] == "fast" and mla["verify_path"] == "extend"
+    assert base["cuda_graph"] is False and mla["cuda_graph"] is False     # no GPU here
+    assert abs(base["accept_length"] - mla["accept_length"]) < 0.3

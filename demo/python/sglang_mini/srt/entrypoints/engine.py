@@ -39,7 +39,7 @@ class EngineError(RuntimeError):
 class Engine:
     def __init__(self, server_args: ServerArgs | None = None, **kwargs):
         self.server_args = (server_args or ServerArgs(**kwargs)).resolve()
-        self.procs, self.ctrls = launch_scheduler_processes(self.server_args, worker_environment())
+        self.procs, self.ctrls, self._shared = launch_scheduler_processes(self.server_args, worker_environment())
         self.workers = [self._recv(c, "ready") for c in self.ctrls]
 
     def _recv(self, ctrl, expect):

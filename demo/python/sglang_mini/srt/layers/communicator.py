@@ -1,8 +1,10 @@
 """All-reduce among the tensor-parallel workers: the stand-in for NCCL.
 
 The ranks share a small shared-memory segment (one data buffer and one sequence flag per
-rank, double-buffered) and spin on the flags, yielding the core while they wait: a
-pipe round trip costs ~100 us on a small VM, far more than the compute it would sync.
+rank, double-buffered).  A waiting rank spins on the peer's flag for a few microseconds,
+then sleeps on a semaphore the peer posts after every publish: on an idle machine the
+peer is almost always there within the spin (a pipe round trip would cost ~100 us), and
+on a busy one the waiter gives its core away instead of burning it.
 
 The algorithm follows NCCL-style environment variables **as the worker process sees
 them** (NCCL reads its env in each rank, too): ``NCCL_ALGO`` = Ring (default) or Tree,
@@ -37,6 +39,9 @@ def select_algorithm(environ=None) -> tuple[str, str]:
     return algo, proto
 
 
+SPIN = 200                    # flag polls before sleeping on the semaphore
+
+
 def create_shared_buffers(ctx, world_size: int):
     """Shared memory for one communicator group; pass the result to every rank."""
     if world_size == 1:
@@ -46,7 +51,9 @@ def create_shared_buffers(ctx, world_size: int):
     data = ctx.RawArray("f", world_size * 2 * 4 * MAX_FLOATS)
     # flags: [rank, kind] kind 0 = "my input is published", 1 = "my reduced part is published"
     flags = ctx.RawArray("q", world_size * 2 * 8)      # padded to separate cache lines
-    return data, flags
+    # one semaphore per (publisher rank, kind): posted once per publish, taken once per wait
+    sems = [[ctx.Semaphore(0) for _ in range(2)] for _ in range(world_size)]
+    return data, flags, sems
 
 
 class Communicator:
@@ -55,7 +62,7 @@ class Communicator:
         self.algo, self.proto = select_algorithm(environ)
         self.seq = 0
         if world_size > 1:
-            data, flags = shared
+            data, flags, self.sems = shared
             self.data = np.frombuffer(data, np.float32).reshape(world_size, 2, 4 * MAX_FLOATS)
             self.flags = np.frombuffer(flags, np.int64).reshape(world_size, 2, 8)
 
@@ -73,17 +80,25 @@ class Communicator:
             lines = buf[2 * offset:2 * (offset + n)].reshape(n, 2)
             lines[:, 0] = values
             lines[:, 1] = np.float32(self.seq * 2 + kind)       # flag travels with the data
+        self.sems[self.rank][kind].release()
 
     def _wait(self, peer: int, kind: int, n: int, offset: int = 0) -> np.ndarray:
         buf = self.data[peer, self.seq & 1]
         if self.proto == "Simple":
             flag = self.flags[peer, kind]
-            while flag[0] < self.seq:
-                os.sched_yield()
+            for _ in range(SPIN):
+                if flag[0] >= self.seq:
+                    break
+            # taken in any case: the peer posts once per publish (right after the flag)
+            self.sems[peer][kind].acquire()
             return buf[offset:offset + n]
         lines = buf[2 * offset:2 * (offset + n)].reshape(n, 2)
         want = np.float32(self.seq * 2 + kind)
-        while not (lines[:, 1] == want).all():
+        for _ in range(SPIN):
+            if (lines[:, 1] == want).all():
+                break
+        self.sems[peer][kind].acquire()
+        while not (lines[:, 1] == want).all():     # LL: the data lines are the completion
             os.sched_yield()
         return lines[:, 0]
 

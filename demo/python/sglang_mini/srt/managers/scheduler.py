@@ -42,7 +42,11 @@ def _rank_env(worker_env: dict, rank: int) -> dict:
 
 
 def launch_scheduler_processes(server_args, worker_env: dict):
-    """Spawn tp_size workers; returns (processes, control connections, ready reports)."""
+    """Spawn tp_size workers; returns (processes, control connections, shared buffers).
+
+    The caller must keep the shared buffers alive while the workers run: the named
+    semaphores in them disappear when the last reference in the launcher goes.
+    """
     ctx = mp.get_context("spawn")
     tp = server_args.tp_size
     if tp > 2:
@@ -58,7 +62,7 @@ def launch_scheduler_processes(server_args, worker_env: dict):
         child.close()
         procs.append(p)
         ctrls.append(parent)
-    return procs, ctrls
+    return procs, ctrls, shared
 
 
 def _build_model_runner(server_args, rank, shared):

@@ -189,7 +189,7 @@ class TorchModelRunner:
 
     def _forward(self, tokens, positions=None, start=None):
         """tokens [T] -> (final hidden [T, H] normed, aux [T, 3H] or None)."""
-        h = self.w.embed[tokens]
+        h = self.w.embed.index_select(0, tokens)
         aux = []
         for i, lw in enumerate(self.w.layers):
             x = _rms_norm(h)
@@ -205,7 +205,9 @@ class TorchModelRunner:
         g = aux_row @ d["fc"]
         out = []
         for _ in range(self.k):
-            x = self.w.embed[token] + g
+            # index_select, not embed[token]: a 0-d index tensor would be read back to the
+            # host (.item()), which is not allowed while a CUDA graph is being captured
+            x = self.w.embed.index_select(0, token.reshape(1))[0] + g
             h = x + torch.nn.functional.silu(_rms_norm(x) @ d["w1"]) @ d["w2"]
             token = (_rms_norm(h) @ self.w.lm_head.T).argmax(-1)
             out.append(token)
