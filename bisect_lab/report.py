@@ -268,9 +268,15 @@ def _run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
     return Report(title=f"bisect-lab report: {title}", answer=answer, status=status, facts=facts, sections=sections)
 
 
-def _evidence_section(trials: list[TrialResult], metric: str, hib: bool, arms: list[str]) -> Section:
+def _evidence_section(trials: list[TrialResult], metric: str, hib: bool, arms: list[str], *,
+                      by_commit: bool = False) -> Section:
     from . import report_plots as plots
     s = Section("Every trial")
+    if by_commit:
+        # A bisection measures one arm on many commits: colour by commit, so each level is one colour.
+        from dataclasses import replace
+        trials = [replace(t, arm=f"commit {(t.commit or '?')[:10]}") for t in trials]
+        arms = []
     pts = [(t.trial, t.arm, (t.metrics.get(metric) if t.ok else None)) for t in sorted(trials, key=lambda t: t.trial)]
     arms = list(dict.fromkeys(arms + [t.arm for t in trials]))
     png = plots.run_order(pts, metric, arms)
@@ -549,7 +555,7 @@ def _bisect_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Repo
     if res.get("untestable"):
         s.add([f"`{k[:12]}` untestable: {v}" for k, v in res["untestable"].items()])
     sections.append(s)
-    sections.append(_evidence_section(trials, metric, hib, [res.get("arm") or c.params.get("arm") or ""]))
+    sections.append(_evidence_section(trials, metric, hib, [], by_commit=True))
     sections += _trust_sections(store, trials, metric, hib, _ok_values(trials, metric))
     return Report(f"bisect-lab report: bisection {c.id}", answer, st,
                   [("good", str(good)[:12]), ("bad", str(bad)[:12]), ("trials", str(len(trials)))], sections)
@@ -579,6 +585,12 @@ def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
     else:
         answer, st = (f"No regression on night {len(nights)} ({_code((last.commit or '')[:12])}) across "
                       f"{len(series_j)} series."), "good"
+        past = [(i, n) for i, n in enumerate(nights[:-1])
+                if any(x.get("status") == "regression" for x in (n.judgement or {}).get("series") or [])]
+        if past:
+            i, n = past[-1]
+            answer += (f" The last alert was on night {i + 1} ({_code((n.commit or '')[:12])}); the series have "
+                       f"stayed at that level since." if i < len(nights) - 1 else "")
     arms = list(dict.fromkeys(a for n in nights for a in n.values))
     labels = [f"{i + 1}: {(n.commit or '?')[:7]}" for i, n in enumerate(nights)]
     series = {a: [(i, n.values.get(a, [])) for i, n in enumerate(nights)] for a in arms}
@@ -612,16 +624,20 @@ def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
         nrows.append([str(i + 1), _when(n.created), _code((n.commit or "")[:12]), n.campaign]
                      + [_num(n.median(a)) for a in arms] + ["**ALERT** " + ", ".join(alerted) if alerted else ""])
     sec.add(Table(["night", "when", "commit", "campaign"] + [f"median `{a}`" for a in arms] + ["alert"], nrows))
-    for b in j.get("bisections") or []:
+    for b in [b for n in nights for b in (n.judgement or {}).get("bisections") or []]:
         sec.p(f"Bisection for `{b.get('arm')}` between `{str(b.get('good'))[:12]}` and `{str(b.get('bad'))[:12]}`: "
               f"{b.get('status')}" + (f", first bad commit `{b['commit']}`" if b.get("commit") else "")
               + (f" (campaign {b.get('campaign')})" if b.get("campaign") else ""))
     sections = [sec]
     trials = store.trials(last.campaign)
     c = store.campaign(last.campaign)
-    sections.insert(0, _setup_section(c, trials, metric, hib, [["sweep", name], ["ref", _code(c.params.get("ref"))],
-                                                               ["nights", str(len(nights))]]))
-    sections.append(_evidence_section(trials, metric, hib, arms))
+    setup = _setup_section(c, trials, metric, hib, [["sweep", name], ["ref", _code(c.params.get("ref"))],
+                                                    ["nights", str(len(nights))]])
+    setup.title = f"What was measured on night {len(nights)}"
+    sections.append(setup)
+    ev = _evidence_section(trials, metric, hib, arms)
+    ev.title = f"Every trial of night {len(nights)}"
+    sections.append(ev)
     sections += _trust_sections(store, trials, metric, hib, _ok_values(trials, metric))
     return Report(f"bisect-lab report: sweep {name}", answer, st,
                   [("sweep", name), ("nights", str(len(nights))), ("latest commit", (last.commit or "-")[:12])], sections)

@@ -199,12 +199,19 @@ DEMO = ROOT / "experiments" / "demo.toml"
 @pytest.mark.skipif(not DEMO.exists(), reason="the bundled demo is not in this checkout")
 def test_demo_sample_module_fails_on_the_planted_regression(pytester, tmp_path, monkeypatch):
     """tests/perf/test_demo_perf.py, pointed at the demo's planted regression (mla-gather-cast)."""
-    pytester.makepyfile(test_demo_perf=(ROOT / "tests" / "perf" / "test_demo_perf.py").read_text())
+    # another basename: tests/perf/test_demo_perf.py may already be imported in this process
+    pytester.makepyfile(test_demo_perf_planted=(ROOT / "tests" / "perf" / "test_demo_perf.py").read_text())
     monkeypatch.setenv("BISECT_LAB_DEMO_EXPERIMENT", str(DEMO))
     monkeypatch.setenv("DEMO_PERF_ARMS", "only mla")
-    monkeypatch.setenv("DEMO_PERF_UNKNOWN", "fail")
-    res = pytester.runpytest("-v", f"--bisect-lab-results={tmp_path / 'r'}",
-                             f"--bisect-lab-cache={tmp_path / 'c'}")
+    # A loaded machine can make the demo too noisy to decide within 6 trials per arm: that outcome is
+    # an xfail ("could not decide"), never a pass. Quiet machines (CI) decide: a failure.
+    monkeypatch.setenv("DEMO_PERF_UNKNOWN", "xfail")
+    res = pytester.runpytest("-v", "-rxX", f"--bisect-lab-results={tmp_path / 'r'}", f"--bisect-lab-cache={tmp_path / 'c'}")
+    outcomes = res.parseoutcomes()
+    assert not outcomes.get("passed"), res.stdout.str()
+    if outcomes.get("xfailed"):
+        res.stdout.fnmatch_lines(["*bisect-lab could not decide: 'only mla-gather-cast' is*"])
+        return
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["*test_not_slower_than_baseline[[]only-mla-gather-cast[]] FAILED*",
                               "performance regression: 'only mla-gather-cast' is * slower than 'none'*allowed: 10.0%*"])
