@@ -228,19 +228,38 @@ def cmd_cache(args) -> int:
     if args.action == "prune":
         removed = prune_cache(_cache(args), max_trees=args.max_trees, max_bytes=args.max_bytes,
                               everything=args.all)
-        print(json.dumps(removed, default=str) if args.json else f"removed {len(removed)} tree(s)")
+        if args.json:
+            print(json.dumps([t.to_dict() if hasattr(t, "to_dict") else vars(t) for t in removed], default=str))
+        else:
+            print(f"removed {len(removed)} tree(s) from {_cache(args)}")
         return EXIT_OK
-    info = cache_info(_cache(args))
+    info = cache_info(_cache(args), sizes=True).to_dict()
     if args.json:
         print(json.dumps(info, default=str))
-    else:
-        print(f"cache: {_cache(args)}")
-        for k, v in (info.items() if isinstance(info, dict) else []):
-            if not isinstance(v, (list, dict)):
-                print(f"  {k}: {v}")
-        for t in (info.get("trees", []) if isinstance(info, dict) else []):
-            print(f"  tree {t}")
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"tree cache {info.get('root', _cache(args))}")
+    for col in ("tree", "repository", "base", "patches", "size", "last used"):
+        t.add_column(col)
+    for tr in info.get("trees", []):
+        used = tr.get("last_used")
+        t.add_row(str(tr.get("key", ""))[:16], str(tr.get("repo", "")), str(tr.get("commit", ""))[:12],
+                  ", ".join(tr.get("patches") or []), _size(tr.get("size_bytes")),
+                  time.strftime("%Y-%m-%d %H:%M", time.localtime(used)) if isinstance(used, (int, float)) else "-")
+    Console().print(t)
+    print(f"{len(info.get('repos', []))} repositories, {len(info.get('trees', []))} trees, "
+          f"{_size(info.get('total_bytes'))} in all")
     return EXIT_OK
+
+
+def _size(n) -> str:
+    if not isinstance(n, (int, float)):
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 def cmd_gpu(args) -> int:
@@ -363,14 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cache", help="show or prune the tree cache")
     csub = c.add_subparsers(dest="action", parser_class=_Parser)
-    cs = csub.add_parser("show")
-    common(cs, experiment=False)
+    csub.add_parser("show")
     cp = csub.add_parser("prune")
-    common(cp, experiment=False)
     cp.add_argument("--max-trees", type=int, default=None)
     cp.add_argument("--max-bytes", type=int, default=None)
     cp.add_argument("--all", action="store_true", help="remove every cached tree")
-    c.set_defaults(func=cmd_cache, action="show", json=False)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_cache, action="show")
 
     g = sub.add_parser("gpu", help="GPU status / reset of a host")
     gsub = g.add_subparsers(dest="action", required=True, parser_class=_Parser)

@@ -546,6 +546,22 @@ class TreeManager:
                       b, f"^{g}", "--", what="git log").stdout
         return _parse_commits(out)
 
+    def first_parent_chain(self, good: str, bad: str) -> list[CommitInfo]:
+        """The commits of ``bad``'s first-parent line that ``good`` lacks, oldest first, ``bad`` last.
+
+        On this chain "contains the culprit" is monotone, which noisy bisection needs; a
+        merge on it stands for its whole side branch until that branch is bisected in turn.
+        """
+        g, b = self.resolve(good), self.resolve(bad)
+        out = self._g("log", "--first-parent", "--reverse", "--format=%H%x00%s%x00%an <%ae>%x00%aI%x00%P",
+                      b, f"^{g}", "--", what="git log").stdout
+        return _parse_commits(out)
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        """The best common ancestor of two commits, or None when they share no history."""
+        res = self._g("merge-base", self.resolve(a), self.resolve(b), what="git merge-base", check=False)
+        return res.stdout.strip() or None if res.returncode == 0 else None
+
     def is_ancestor(self, a: str, b: str) -> bool:
         """True when commit ``a`` is an ancestor of (or equal to) ``b``."""
         res = self._g("merge-base", "--is-ancestor", self.resolve(a), self.resolve(b), what="git merge-base",
@@ -650,7 +666,7 @@ class TreeManager:
             except FileNotFoundError:
                 pass
         else:
-            self._run(["touch", "-c", path], what="touch", check=False)
+            self.host.quick(["touch", "-c", path], timeout_s=self.git_timeout_s)
 
     def prepare(self, arm_patches: Iterable[str] = (), commit: str | None = None, *,
                 build: bool = True) -> PreparedTree:
