@@ -1,0 +1,247 @@
+"""Noisy bisection strategy (bisect_lab/strategies/bisection.py): simulated histories, fixed seeds."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from bisect_lab.strategies.bisection import BisectionStrategy, BisectVerdict, bisect_sequence
+
+
+class History:
+    """A simulated candidate list: first bad position ``change``, relative ``step``, noise ``cv``."""
+
+    def __init__(self, n, change, step, cv, seed, untestable=(), higher_is_better=True):
+        self.n, self.change, self.step, self.cv = n, change, step, cv
+        self.rng = np.random.default_rng(seed)
+        self.untestable = set(untestable)
+        self.higher_is_better = higher_is_better
+        self.calls: list[int] = []
+
+    def measure(self, i: int) -> float | None:
+        self.calls.append(i)
+        if i in self.untestable:
+            return None
+        bad = i >= self.change
+        level = 100.0
+        if bad:
+            level *= (1 - self.step) if self.higher_is_better else (1 + self.step)
+        return level * (1 + self.cv * self.rng.standard_normal())
+
+
+def run(h: History, **kw) -> BisectVerdict:
+    return bisect_sequence(h.n, h.measure, higher_is_better=h.higher_is_better, **kw)
+
+
+# --------------------------------------------------------------------------- correctness
+def test_large_step_found_exactly_and_quickly():
+    covered = 0
+    for seed in range(8):
+        h = History(1000, change=37 + 111 * seed, step=0.25, cv=0.03, seed=seed)
+        v = run(h, seed=seed)
+        assert (v.status, v.index) == ("culprit", h.change), (seed, v.status, v.index)
+        assert v.mass >= 0.95
+        assert v.trials <= 25  # ~6 to confirm + ~10 single halvings
+        lo, hi = v.effect_ci
+        covered += lo <= 0.75 <= hi
+        assert abs(v.effect - 0.75) < 0.05
+    assert covered >= 6  # a 95% interval
+
+
+def test_five_percent_step_at_cv3_mostly_right():
+    right, trials = 0, []
+    for seed in range(16):
+        change = int(np.random.default_rng(100 + seed).integers(1, 1000))
+        h = History(1000, change=change, step=0.05, cv=0.03, seed=100 + seed)
+        v = run(h, seed=seed)
+        right += v.status == "culprit" and v.index == change
+        trials.append(v.trials)
+    # Single-run bisection gets ~5% of these right; expect nearly all here.
+    assert right >= 14, right
+    assert np.mean(trials) <= 70, trials
+
+
+def test_no_step_answers_no_regression():
+    outcomes = []
+    for seed in range(10):
+        h = History(1000, change=500, step=0.0, cv=0.03, seed=200 + seed)
+        v = run(h, seed=seed)
+        outcomes.append(v.status)
+        if v.status == "no-regression":
+            assert v.index is None and v.range is None
+    assert outcomes.count("no-regression") >= 9, outcomes
+    assert "culprit" not in outcomes[:9] or outcomes.count("culprit") <= 1, outcomes
+
+
+def test_improvement_is_not_a_regression():
+    h = History(500, change=250, step=-0.10, cv=0.02, seed=3)  # bad is 10% *faster*
+    v = run(h, seed=0)
+    assert v.status == "no-regression"
+    assert v.effect > 1.0
+
+
+def test_lower_is_better_metric():
+    h = History(400, change=123, step=0.10, cv=0.02, seed=4, higher_is_better=False)
+    v = run(h, seed=1)
+    assert (v.status, v.index) == ("culprit", 123)
+    assert v.effect > 1.05  # latency went up ~10%
+
+
+def test_single_outlier_does_not_flip_the_answer():
+    h = History(300, change=150, step=0.10, cv=0.01, seed=5)
+    base = h.measure
+
+    def measure(i):
+        v = base(i)
+        # One wild sample on the bad side that looks very good (a launch-bound tail sample).
+        if len(h.calls) == 12 and v is not None:
+            return v * 1.5
+        return v
+
+    v = bisect_sequence(300, measure, seed=0)
+    assert (v.status, v.index) == ("culprit", 150)
+
+
+# --------------------------------------------------------------------------- untestable
+def test_untestable_positions_are_skipped_and_never_retried():
+    untestable = set(range(3, 999, 7)) - {499, 500}
+    h = History(1000, change=500, step=0.10, cv=0.02, seed=6, untestable=untestable)
+    v = run(h, seed=0)
+    assert (v.status, v.index) == ("culprit", 500)
+    tried_bad = [p for p in h.calls if p in untestable]
+    assert len(tried_bad) == len(set(tried_bad)), "an untestable position was measured twice"
+    assert all(val is None for p, val in v.path if p in untestable)
+
+
+def test_untestable_neighbour_gives_the_ambiguous_range():
+    # 99 cannot be built: c = 99 and c = 100 explain the data equally well.
+    h = History(200, change=100, step=0.10, cv=0.02, seed=7, untestable={99})
+    v = run(h, seed=0)
+    assert v.status == "inconclusive" and v.reason == "untestable"
+    assert v.index is None
+    assert v.range == (99, 100) and v.range_mass >= 0.95
+
+
+def test_untestable_culprit_itself_gives_range_up_to_next_testable():
+    h = History(200, change=100, step=0.10, cv=0.02, seed=8, untestable={100, 101})
+    v = run(h, seed=0)
+    assert v.status == "inconclusive" and v.reason == "untestable"
+    assert v.range == (100, 102)
+
+
+def test_untestable_endpoint_is_inconclusive_at_once():
+    h = History(50, change=20, step=0.1, cv=0.01, seed=9, untestable={49})
+    v = run(h, seed=0)
+    assert v.status == "inconclusive" and v.reason == "endpoint-untestable"
+    assert v.trials <= 2
+
+
+# --------------------------------------------------------------------------- protocol
+def test_trials_equal_measure_calls_and_path():
+    h = History(500, change=321, step=0.05, cv=0.02, seed=10, untestable={100, 200, 320})
+    v = run(h, seed=0)
+    assert v.trials == len(h.calls) == len(v.path)
+    assert [p for p, _ in v.path] == h.calls
+
+
+def test_same_seed_and_tells_give_same_asks_and_replay_resumes():
+    h = History(1000, change=640, step=0.05, cv=0.03, seed=11, untestable={300, 301})
+    a = BisectionStrategy(1000, seed=5)
+    asks = []
+    while not a.done:
+        batch = a.ask()
+        asks.append(batch)
+        for p in batch:
+            a.tell(p, h.measure(p))
+    path = list(a.verdict().path)
+
+    # Same seed, same tells -> identical asks at every step.
+    b = BisectionStrategy(1000, seed=5)
+    k = 0
+    for batch in asks:
+        assert b.ask() == batch
+        for p in batch:
+            b.tell(*path[k])
+            k += 1
+    assert b.done and b.verdict() == a.verdict()
+
+    # Resume: replay the first half of the stored trials without asking, then ask.
+    half = len(asks) // 2
+    c = BisectionStrategy(1000, seed=5)
+    for pos, val in path[:half]:
+        c.tell(pos, val)
+    assert c.ask() == asks[half]
+
+
+def test_different_seed_can_change_the_order_of_endpoint_checks():
+    orders = {tuple(BisectionStrategy(100, seed=s, parallel=1).ask()) for s in range(8)}
+    assert orders == {(0,), (99,)}
+
+
+def test_parallel_batches_are_speculative_and_still_right():
+    h = History(1000, change=777, step=0.10, cv=0.02, seed=12)
+    s = BisectionStrategy(1000, seed=0, parallel=4)
+    sizes = []
+    while not s.done:
+        batch = s.ask()
+        assert 1 <= len(batch) <= 4
+        sizes.append(len(batch))
+        for p in batch:
+            s.tell(p, h.measure(p))
+    v = s.verdict()
+    assert (v.status, v.index) == ("culprit", 777)
+    assert max(sizes) == 4 and np.mean(sizes) > 2.0, sizes
+    assert v.trials == len(h.calls)
+    # Fewer rounds than a sequential search of the same history would need.
+    assert len(sizes) < v.trials / 2
+
+
+def test_ask_reissues_outstanding_when_all_slots_busy_and_refills_freed_ones():
+    s = BisectionStrategy(100, seed=0, parallel=2)
+    first = s.ask()
+    assert sorted(first) == [0, 99]
+    assert sorted(s.ask()) == [0, 99]  # nothing new: every slot busy
+    s.tell(first[0], 100.0)
+    refill = s.ask()
+    assert len(refill) == 1
+
+
+def test_budget_exhausted_is_inconclusive_with_a_range():
+    h = History(1000, change=400, step=0.10, cv=0.08, seed=13)
+    v = run(h, seed=0, max_trials=30)
+    assert v.status == "inconclusive" and v.reason == "budget"
+    assert v.trials == 30 == len(h.calls)
+    assert v.range is not None and v.range[0] <= v.range[1]
+    assert v.index is None
+
+
+def test_verdict_to_dict_is_json():
+    h = History(100, change=70, step=0.2, cv=0.01, seed=14, untestable={48, 49, 50, 51})
+    v = run(h, seed=0)
+    d = json.loads(json.dumps(v.to_dict()))
+    assert d["status"] == "culprit" and d["index"] == 70 and d["trials"] == v.trials
+    assert len(d["path"]) == v.trials and any(val is None for _, val in d["path"])
+    assert math.isclose(d["effect"], v.effect)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(n=1), dict(n=10, confidence=1.0), dict(n=10, min_effect=0.0), dict(n=10, parallel=0),
+     dict(n=10, max_trials=3)],
+)
+def test_bad_arguments_raise(kw):
+    n = kw.pop("n")
+    with pytest.raises(ValueError):
+        BisectionStrategy(n, **kw)
+
+
+def test_bad_tells_raise():
+    s = BisectionStrategy(10)
+    with pytest.raises(ValueError):
+        s.tell(10, 1.0)
+    with pytest.raises(ValueError):
+        s.tell(0, -1.0)
+    with pytest.raises(ValueError):
+        s.tell(0, float("nan"))
