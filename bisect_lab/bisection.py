@@ -1,16 +1,30 @@
 """``bisect-lab bisect``: noise-aware commit bisection with the arm's patches on every commit (layer 5).
 
-Candidates are the commits reachable from bad and not from good (git bisect's
-definition), oldest first; position 0 is the good commit itself. A commit where the
-patches do not apply, the build or import check fails, or the benchmark cannot run
-is untestable (like ``git bisect skip``), never "bad".
+The search runs along the first-parent line of ``bad`` (where "contains the culprit"
+is monotone, as noisy bisection needs). When the first bad commit on that line is a
+merge, the merged side branch is bisected in turn, from its merge base with the main
+line: a culprit on a side branch is reported as that commit, not as the merge. If the
+side branch alone shows no regression, the merge itself is the answer (the regression
+comes from the combination).
+
+A commit where the patches do not apply, the build or import check fails, or the
+benchmark cannot run is untestable (like ``git bisect skip``), never "bad".
 """
 from __future__ import annotations
 
 from .arms import parse_arm
-from .campaign import Session, _finish, open_campaign, preflight
+from .campaign import Session, _finish, flag_campaign, open_campaign, preflight
 from .errors import UsageError
 from .runner import Executor, TrialSpec
+
+MAX_DEPTH = 8
+
+
+def _info_dict(info) -> dict | None:
+    if info is None:
+        return None
+    return {"sha": info.sha, "subject": info.subject, "author": info.author, "date": info.date,
+            "parents": list(getattr(info, "parents", ()) or ())}
 
 
 def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = "none",
@@ -25,59 +39,86 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
     bad = trees.resolve(bad_ref)
     if good == bad:
         raise UsageError(f"--good {good_ref} and --bad {bad_ref} are the same commit ({good[:12]})")
-    commits = trees.commits_between(good, bad)
-    if not commits:
+    if not trees.first_parent_chain(good, bad):
         raise UsageError(f"{bad_ref} ({bad[:12]}) has no commits that {good_ref} ({good[:12]}) lacks: "
                          "is --good an ancestor of --bad?")
-    if commits[-1].sha != bad:
-        # Keep the bad endpoint last: the strategy treats the last position as known-bad.
-        commits = [c for c in commits if c.sha != bad] + [trees.commit_info(bad)]
-    shas = [good] + [c.sha for c in commits]
+    candidates = len(trees.commits_between(good, bad))
     budget = max_trials or d.max_trials
     params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed, "max_trials": budget,
-              "confidence": d.confidence, "min_effect": d.min_effect, "candidates": len(commits)}
+              "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates}
     cid, _ = open_campaign(session, "bisect", params, resume)
     session.campaign = cid
 
     def go():
         preflight(session, [the_arm], commit=good)
         preflight(session, [the_arm], commit=bad)
-        strategy = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
-                                     max_trials=budget, confidence=d.confidence, min_effect=d.min_effect,
-                                     parallel=len(session.workers))
         ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
         if session.on_plan:
             session.on_plan(budget)
-        untestable: dict[int, str] = {}
-        while not strategy.done:
-            batch = strategy.ask()
-            if not batch:
+        levels = []
+        untestable: dict[str, str] = {}
+        lo, hi = good, bad
+        answer = None           # (status, sha or None, verdict dict, range shas)
+        for depth in range(MAX_DEPTH):
+            chain = trees.first_parent_chain(lo, hi)
+            shas = [lo] + [c.sha for c in chain]
+            left = budget - ex.trials_total
+            if left <= 2:
+                answer = answer or ("inconclusive", None, {}, shas[1:])
                 break
-            results = ex.run_batch([TrialSpec(the_arm, shas[p]) for p in batch])
-            for pos, r in zip(batch, results):
-                value = r.metrics.get(session.metric) if r.ok else None
-                if not r.ok:
-                    untestable[pos] = f"{r.status.value}: {r.error[:200]}"
-                strategy.tell(pos, value)
-        v = strategy.verdict()
-        vd = v.to_dict() if hasattr(v, "to_dict") else dict(vars(v))
-        idx = v.index if v.status == "culprit" else None
-        info = trees.commit_info(shas[idx]) if idx is not None else None
-        rng = getattr(v, "range", None) or vd.get("range")
+            strategy = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better,
+                                         seed=d.seed + depth, max_trials=left, confidence=d.confidence,
+                                         min_effect=d.min_effect, parallel=len(session.workers))
+            while not strategy.done:
+                batch = strategy.ask()
+                if not batch:
+                    break
+                results = ex.run_batch([TrialSpec(the_arm, shas[p], f"bisect-level-{depth}") for p in batch])
+                for pos, r in zip(batch, results):
+                    value = r.metrics.get(session.metric) if r.ok else None
+                    if not r.ok:
+                        untestable[shas[pos]] = f"{r.status.value}: {r.error[:200]}"
+                    strategy.tell(pos, value)
+            v = strategy.verdict()
+            vd = v.to_dict() if hasattr(v, "to_dict") else dict(vars(v))
+            rng = vd.get("range")
+            levels.append({"good": lo, "bad": hi, "candidates": len(shas) - 1, "status": v.status,
+                           "commit": shas[v.index] if v.status == "culprit" and v.index is not None else None,
+                           "verdict": vd,
+                           "path": [[shas[p], val] for p, val in (vd.get("path") or [])]})
+            if v.status != "culprit" or v.index is None:
+                if depth > 0 and v.status == "no-regression":
+                    # The side branch alone is fine: the merge that combined it is the culprit.
+                    break
+                answer = (v.status, None, vd, [shas[i] for i in range(rng[0], rng[1] + 1)] if rng else None)
+                break
+            culprit = shas[v.index]
+            answer = ("culprit", culprit, vd, [shas[i] for i in range(rng[0], rng[1] + 1)] if rng else None)
+            info = trees.commit_info(culprit)
+            parents = list(getattr(info, "parents", ()) or ())
+            if len(parents) < 2:
+                break
+            side = parents[1]
+            base = trees.merge_base(parents[0], side)
+            if base is None or base == side:
+                break
+            session.log(f"first bad commit on the main line is merge {culprit[:12]}: bisecting its side branch "
+                        f"{base[:12]}..{side[:12]}")
+            lo, hi = base, side
+        status, sha, vd, rng_shas = answer
+        flag_campaign(session, cid)
         out = dict(vd)
         out.update({
-            "status": v.status,
-            "commit": shas[idx] if idx is not None else None,
-            "commit_info": vars(info) if info is not None and hasattr(info, "__dict__") else
-                           (info._asdict() if info is not None and hasattr(info, "_asdict") else info),
+            "status": status,
+            "commit": sha,
+            "commit_info": _info_dict(trees.commit_info(sha)) if sha else None,
             "trials": len(session.store.trials(cid)),
-            "measurements": v.trials,
             "campaign": cid,
             "good": good, "bad": bad, "arm": the_arm.spec,
-            "candidates": len(commits),
-            "range": [shas[i] for i in range(rng[0], rng[1] + 1)] if rng else None,
-            "untestable": {shas[p]: why for p, why in sorted(untestable.items())},
-            "path_commits": [[shas[p], val] for p, val in (vd.get("path") or [])],
+            "candidates": candidates,
+            "range": rng_shas,
+            "levels": levels,
+            "untestable": untestable,
             "metric": exp.benchmark.metric,
         })
         return out

@@ -1,0 +1,114 @@
+"""`bisect-lab bisect` end to end on real repositories: linear, merged, untestable commits."""
+import json
+import textwrap
+
+import pytest
+
+from gitrepos import GitRepo, PatchSpec, write_patchset
+from test_cli_run import cli, one_line_error
+
+BENCH = textwrap.dedent('''
+    import os, random
+    here = os.path.dirname(os.path.abspath(__file__))
+    speed = float(open(os.path.join(here, "speed.txt")).read())
+    if os.path.exists(os.path.join(here, "tuned.txt")):
+        speed *= 1.0   # the patch is performance-neutral: it must only apply
+    v = 100.0 * speed * random.gauss(1.0, 0.01)
+    print(f"Output token throughput (tok/s): {v:.3f}")
+''')
+
+
+def repo_with_history(root, n=12, culprit=7, *, side_culprit=False):
+    """Linear history of ``n`` commits; commit ``culprit`` (1-based) makes it 25% slower.
+
+    With ``side_culprit``: the slowdown is on a side branch merged near the end.
+    Every commit touches notes.txt at the line the patch edits only in commit 4 (so the patch
+    does not apply there: an untestable commit).
+    """
+    repo = GitRepo.init(root / "target")
+    repo.commit("base", {"bench.py": BENCH, "speed.txt": "1.0\n", "conf.txt": "a\nb\nc\n", "log.txt": "0\n"})
+    good = repo.head()
+    shas = {}
+    for i in range(1, n + 1):
+        files = {"log.txt": f"{i}\n"}
+        if i == culprit and not side_culprit:
+            files["speed.txt"] = "0.75\n"
+        if i == 4:
+            files["conf.txt"] = "a\nB-changed\nc\n"
+        if i == 5:
+            files["conf.txt"] = "a\nb\nc\n"
+        if side_culprit and i == 6:
+            repo.branch("side", repo.head())
+            repo.switch("side")
+            repo.commit("side 1", {"side1.txt": "x\n"})
+            shas["side1"] = repo.head()
+            repo.commit("side 2: the slowdown", {"speed.txt": "0.75\n"})
+            shas["side2"] = repo.head()
+            repo.commit("side 3", {"side3.txt": "y\n"})
+            repo.switch("main")
+        repo.commit(f"commit {i}", files)
+        shas[i] = repo.head()
+        if side_culprit and i == 9:
+            shas["merge"] = repo.merge("side", "merge side")
+    patch = repo.patch({"conf.txt": "a\nb-tuned\nc\n", "tuned.txt": "1\n"}, base=good)
+    write_patchset(root / "patches", [PatchSpec("tune", patch, aliases=("t",))])
+    exp = root / "bisect.toml"
+    exp.write_text(textwrap.dedent(f"""
+        [target]
+        repo = "target"
+        ref = "main"
+        patches = "patches"
+        [benchmark]
+        command = "python3 bench.py"
+        timeout_s = 20
+        parser = "regex"
+        metric = "output_throughput"
+        [benchmark.patterns]
+        output_throughput = 'Output token throughput \\(tok/s\\): ([0-9.]+)'
+        [gpu]
+        enabled = false
+        [design]
+        seed = 3
+        max_trials = 80
+    """))
+    return repo, good, shas, exp
+
+
+def test_bisect_linear_history_with_patch_and_untestable_commit(tmp_path):
+    repo, good, shas, exp = repo_with_history(tmp_path)
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--patches", "only tune", "--json",
+            timeout=300)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["status"] == "culprit" and res["commit"] == shas[7]
+    assert res["commit_info"]["subject"] == "commit 7"
+    assert 0 < res["trials"] <= 80
+    assert shas[4] not in [res["commit"]]
+    # commit 4 is untestable if the strategy ever probed it; it is never called bad
+    for sha, why in res["untestable"].items():
+        assert sha == shas[4] and "apply-failed" in why
+
+
+def test_bisect_side_branch_culprit_is_the_commit_not_the_merge(tmp_path):
+    repo, good, shas, exp = repo_with_history(tmp_path, n=12, side_culprit=True)
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["status"] == "culprit", res
+    assert res["commit"] == shas["side2"], (res["commit"], shas)
+    assert len(res["levels"]) == 2 and res["levels"][0]["commit"] == shas["merge"]
+
+
+def test_bisect_no_regression(tmp_path):
+    repo, good, shas, exp = repo_with_history(tmp_path, culprit=99)
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["status"] == "no-regression" and res["commit"] is None
+
+
+def test_bisect_usage_errors(tmp_path):
+    repo, good, shas, exp = repo_with_history(tmp_path, n=3)
+    assert "same commit" in one_line_error(cli(tmp_path, "bisect", exp, "--good", "main", "--bad", "main"), 2)
+    assert "unknown" in one_line_error(cli(tmp_path, "bisect", exp, "--good", "nope", "--bad", "main"), 2).lower()
+    assert "is --good an ancestor" in one_line_error(cli(tmp_path, "bisect", exp, "--good", "main", "--bad", good), 2)
