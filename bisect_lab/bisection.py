@@ -108,7 +108,10 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         status, sha, vd, rng_shas = answer
         flag_campaign(session, cid)
         out = dict(vd)
+        ci = vd.get("effect_ci") or [None, None]
         out.update({
+            "effect": {"ratio": vd.get("effect"), "ci_low": ci[0], "ci_high": ci[1]},
+            "posterior": vd.get("mass"),
             "status": status,
             "commit": sha,
             "commit_info": _info_dict(trees.commit_info(sha)) if sha else None,

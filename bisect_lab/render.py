@@ -98,6 +98,9 @@ def bisect_result(res: dict, console: Console) -> None:
             console.print(f"  {c.get('subject', '')}\n  {c.get('author', '')}  {c.get('date', '')}")
         if res.get("posterior") is not None:
             console.print(f"  posterior mass on it: {res['posterior']:.3f}")
+    for lv in (res.get("levels") or [])[:-1]:
+        console.print(f"  (on the first-parent line {lv['good'][:12]}..{lv['bad'][:12]} the first bad commit "
+                      f"was merge {str(lv['commit'])[:12]}; its side branch was bisected next)")
     eff = res.get("effect") or {}
     if eff.get("ratio") is not None:
         console.print(f"  effect: {_pct(eff['ratio'])} [{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}]")

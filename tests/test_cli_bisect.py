@@ -82,6 +82,8 @@ def test_bisect_linear_history_with_patch_and_untestable_commit(tmp_path):
     res = json.loads(p.stdout)
     assert res["status"] == "culprit" and res["commit"] == shas[7]
     assert res["commit_info"]["subject"] == "commit 7"
+    assert res["effect"]["ratio"] == pytest.approx(0.75, abs=0.03) and res["posterior"] >= 0.95
+    assert res["effect"]["ci_low"] < res["effect"]["ratio"] < res["effect"]["ci_high"]
     assert 0 < res["trials"] <= 80
     assert shas[4] not in [res["commit"]]
     # commit 4 is untestable if the strategy ever probed it; it is never called bad
