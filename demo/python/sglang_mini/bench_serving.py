@@ -32,7 +32,7 @@ def make_workload(args, vocab_size: int) -> dict:
     def prompts(n):
         return [rng.integers(0, vocab_size, args.input_len).tolist() for _ in range(n)]
     return {"warmup_prompts": prompts(args.warmup_requests), "prompts": prompts(args.num_prompts),
-            "output_len": args.output_len}
+            "output_len": args.output_len, "clock": args.clock}
 
 
 def summarize(args, sa, res: dict, workers: list) -> dict:
@@ -48,7 +48,7 @@ def summarize(args, sa, res: dict, workers: list) -> dict:
     acc = sum(r["accepted"] for r in reqs) / steps if steps else 1.0
     paths = sorted({r["verify_path"] for r in reqs if r["verify_path"]})
     return {
-        "backend": "sglang-mini", "device": res["device"], "tp_size": sa.tp_size,
+        "backend": "sglang-mini", "device": res["device"], "tp_size": sa.tp_size, "clock": args.clock,
         "speculative_algorithm": sa.speculative_algorithm, "gpu": res.get("gpu"),
         "completed": len(reqs), "duration": dur,
         "total_input_tokens": n_in, "total_output_tokens": n_out,
@@ -128,6 +128,9 @@ def main(argv=None) -> int:
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                    help="time the requests in wall time (default) or in the rank-0 worker's CPU "
+                         "time: steadier on a shared, busy machine (CPU only)")
     ap.add_argument("--output-file", default=None, help="append one JSON line with the results")
     args = ap.parse_args(argv)
 
@@ -146,7 +149,7 @@ def main(argv=None) -> int:
     sa = engine.server_args
     gpu = sa.device == "cuda"
     if args.num_prompts is None:
-        args.num_prompts = 8 if gpu else 6
+        args.num_prompts = 8 if gpu else 16
     if args.output_len is None:
         args.output_len = 256 if gpu else 64
     try:

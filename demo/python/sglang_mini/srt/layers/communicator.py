@@ -39,7 +39,7 @@ def select_algorithm(environ=None) -> tuple[str, str]:
     return algo, proto
 
 
-SPIN = 200                    # flag polls before sleeping on the semaphore
+SPIN = 20                     # flag polls before sleeping on the semaphore
 
 
 def create_shared_buffers(ctx, world_size: int):

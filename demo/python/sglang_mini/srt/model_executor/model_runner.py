@@ -17,6 +17,7 @@ class ModelRunner:
         weights = init_weights(args)
         self.model = EntryClass(args, weights, self.comm)
         self.use_graph = not args.disable_cuda_graph
+        self.clock = time.perf_counter
         self.spec = None
         if args.speculative_algorithm == "EAGLE3":
             from ..speculative.eagle_worker import EAGLEWorker
@@ -28,15 +29,15 @@ class ModelRunner:
 
     def generate(self, prompt: list[int], max_new_tokens: int) -> dict:
         """One request, batch 1. Returns its timings and token counts."""
-        t0 = time.perf_counter()
+        t0 = self.clock()
         hidden = self.model.forward(np.asarray(prompt), 0, "extend", self.use_graph)
         last = int(self.model.logits(hidden[-1:]).argmax())
-        ttft = time.perf_counter() - t0
+        ttft = self.clock() - t0
         out, seq_len, itl, steps = [last], len(prompt), [], 0
         aux = self.model.aux_hidden_states[-1] if self.spec else None
         verify_path = None
         while len(out) < max_new_tokens:
-            ts = time.perf_counter()
+            ts = self.clock()
             if self.spec:
                 new, seq_len, aux = self.spec.step(last, seq_len, aux, self.use_graph)
                 verify_path = self.model.last_path
@@ -47,17 +48,19 @@ class ModelRunner:
             last = new[-1]
             out.extend(new)
             steps += 1
-            itl.append(time.perf_counter() - ts)
+            itl.append(self.clock() - ts)
         n = min(len(out), max_new_tokens)
-        return {"ttft": ttft, "latency": time.perf_counter() - t0, "itl": itl, "output_len": n,
+        return {"ttft": ttft, "latency": self.clock() - t0, "itl": itl, "output_len": n,
                 "input_len": len(prompt), "steps": steps, "verify_path": verify_path,
                 "accepted": len(out) - 1}
 
     def run_workload(self, wl: dict) -> dict:
+        # "cpu": this worker's CPU time instead of wall time (see bench_serving --clock)
+        self.clock = time.thread_time if wl.get("clock") == "cpu" else time.perf_counter
         for p in wl["warmup_prompts"]:
             self.generate(p, wl["output_len"])
-        t0 = time.perf_counter()
+        t0 = self.clock()
         reqs = [self.generate(p, wl["output_len"]) for p in wl["prompts"]]
-        duration = time.perf_counter() - t0
+        duration = self.clock() - t0
         return {"duration": duration, "requests": reqs, "device": "cpu",
                 "cuda_graph": bool(self.use_graph and reqs and reqs[-1]["verify_path"] == "fast")}
