@@ -343,8 +343,9 @@ def _fingerprint_section(store: Store, trials: list[TrialResult], metric: str, h
     by_design = [ch for ch in changes if ch.path.startswith("tree.") or
                  (ch.path == "env.PYTHONPATH" and "/trees/" in str(ch.a) + str(ch.b))]
     others = [ch for ch in changes if ch not in by_design]
-    if by_design and best.arm != worst.arm:
-        s.p(f"{len(by_design)} difference(s) in the tree itself (tree hash, patches) come from the arms: expected.")
+    if by_design and (best.arm != worst.arm or best.commit != worst.commit):
+        what = "arms" if best.commit == worst.commit else "commits" if best.arm == worst.arm else "arms and commits"
+        s.p(f"{len(by_design)} difference(s) in the tree itself (tree hash, patches) come from the {what}: expected.")
     if not others:
         s.p("No other difference in the recorded environment (driver, clocks, temperatures, packages, load): "
             "the gap comes from the arms or from noise.")
@@ -589,8 +590,8 @@ def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
                 if any(x.get("status") == "regression" for x in (n.judgement or {}).get("series") or [])]
         if past:
             i, n = past[-1]
-            answer += (f" The last alert was on night {i + 1} ({_code((n.commit or '')[:12])}); the series have "
-                       f"stayed at that level since." if i < len(nights) - 1 else "")
+            answer += (f" The last alert was on night {i + 1} ({_code((n.commit or '')[:12])}); the series "
+                       f"raised no new alert since." if i < len(nights) - 1 else "")
     arms = list(dict.fromkeys(a for n in nights for a in n.values))
     labels = [f"{i + 1}: {(n.commit or '?')[:7]}" for i, n in enumerate(nights)]
     series = {a: [(i, n.values.get(a, [])) for i, n in enumerate(nights)] for a in arms}
@@ -629,7 +630,7 @@ def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
               f"{b.get('status')}" + (f", first bad commit `{b['commit']}`" if b.get("commit") else "")
               + (f" (campaign {b.get('campaign')})" if b.get("campaign") else ""))
     sections = [sec]
-    trials = store.trials(last.campaign)
+    trials = [t for t in store.trials(last.campaign) if t.tag != "warmup"]
     c = store.campaign(last.campaign)
     setup = _setup_section(c, trials, metric, hib, [["sweep", name], ["ref", _code(c.params.get("ref"))],
                                                     ["nights", str(len(nights))]])

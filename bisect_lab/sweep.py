@@ -164,7 +164,9 @@ def measure_arms(session, specs: list[str], *, repeat: int, commit: str | None =
         a = parse_arm(s, exp.patchset)
         if a.spec not in [x.spec for x in arms]:
             arms.append(a)
-    p = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "commit": commit, "tag": tag}
+    p = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "commit": commit, "tag": tag,
+         "warmup": max(0, exp.benchmark.warmup), "min_effect": exp.design.min_effect, "alpha": exp.design.alpha,
+         "metric": exp.benchmark.metric, "higher_is_better": exp.benchmark.higher_is_better}
     p.update(params or {})
     cid, _ = open_campaign(session, kind, p, None)
     session.campaign = cid
@@ -172,18 +174,21 @@ def measure_arms(session, specs: list[str], *, repeat: int, commit: str | None =
     def go():
         preflight(session, arms, commit)
         ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
-        order = balanced_order(arms, repeat, exp.design.seed)
+        # Warmup rounds (the experiment's [benchmark] warmup) are stored tagged "warmup" and never judged.
+        warmup = max(0, exp.benchmark.warmup)
+        order = balanced_order(arms, warmup + repeat, exp.design.seed)
         if session.on_plan:
             session.on_plan(len(order) * len(session.workers))
         nh = len(session.workers)
-        batch = [TrialSpec(arm, commit, tag) for arm in order for _ in range(nh)]
+        batch = [TrialSpec(arm, commit, "warmup" if i < warmup * len(arms) else tag)
+                 for i, arm in enumerate(order) for _ in range(nh)]
         step = nh * len(arms)
         for i in range(0, len(batch), step):
             ex.run_batch(batch[i:i + step], per_host=True)
-        return run_summary(exp, arms, session.store.trials(cid), cid)
+        return run_summary(exp, arms, [t for t in session.store.trials(cid) if t.tag != "warmup"], cid)
 
     summary = _finish(session, cid, go)
-    return cid, summary, session.store.trials(cid)
+    return cid, summary, [t for t in session.store.trials(cid) if t.tag != "warmup"]
 
 
 # --------------------------------------------------------------------------- history
@@ -213,6 +218,8 @@ def sweep_history(store, name: str, metric: str | None = None) -> list[Night]:
         values: dict[str, list[float]] = {}
         failed = 0
         for t in store.trials(c.id):
+            if t.tag == "warmup":
+                continue
             v = t.metrics.get(m) if t.ok else None
             if v is not None and math.isfinite(v) and v > 0:
                 values.setdefault(t.arm, []).append(float(v))
@@ -305,8 +312,9 @@ def judge_series(nights: list[Night], arm: str, *, higher_is_better: bool, min_e
         elif c.verdict == "different" and big:
             reasons.append(f"{(c.ratio - 1) * 100:+.1f}% vs the last good run, but {why_not}: no alert")
         else:
-            reasons.append(f"{(c.ratio - 1) * 100:+.1f}% vs the last good run ({c.verdict}"
-                           + (", not beyond the minimum effect" if c.verdict == "different" else "") + ")")
+            words = {"same": f"the same within ±{min_effect * 100:g}%", "unknown": "undecided: noisy",
+                     "different": "significant, but not beyond the minimum effect"}[c.verdict]
+            reasons.append(f"{(c.ratio - 1) * 100:+.1f}% vs the last good run ({words})")
     # Change points: a significant shift to a worse level that started after the last alert and holds tonight.
     for cp in reversed(cps):
         night = idx_of[cp.index]

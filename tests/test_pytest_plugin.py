@@ -23,6 +23,11 @@ import pandas  # noqa: E402,F401
 
 pytest_plugins = ["pytester"]
 
+
+def _run(pytester, *args):
+    # hypothesis' plugin (when installed) costs seconds per inner session and is not needed here
+    return pytester.runpytest("-p", "no:hypothesispytest", *args)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,10 +40,10 @@ def test_import_is_cheap():
 
 
 def test_plugin_is_registered_with_its_option_group(pytester):
-    res = pytester.runpytest("--help")
+    res = _run(pytester, "--help")
     res.stdout.fnmatch_lines(["*bisect-lab performance experiments*", "*--bisect-lab-results*",
                               "*--bisect-lab-experiment*", "*--bisect-lab-repeat*", "*--bisect-lab-unknown*"])
-    res = pytester.runpytest("--markers")
+    res = _run(pytester, "--markers")
     res.stdout.fnmatch_lines(["*@pytest.mark.bisect_lab(experiment=None, repeat=None, unknown=None*"])
 
 
@@ -50,7 +55,7 @@ def test_matrix_ids_are_readable(pytester):
         def test_arm(arm):
             assert arm.split()[0] in ("all", "all-minus")
     """))
-    res = pytester.runpytest("--collect-only", "-q")
+    res = _run(pytester, "--collect-only", "-q")
     res.stdout.fnmatch_lines(["*test_arm[[]all-NCCL_PROTO=LL[]]", "*test_arm[[]all-minus-topk-NCCL_PROTO=LL[]]",
                               "*test_arm[[]all-minus-mla-NCCL_PROTO=unset[]]"])
     assert "9 tests collected" in res.stdout.str()
@@ -104,17 +109,17 @@ UNKNOWN_TESTS = """
 
 def test_unknown_outcome_is_configurable(pytester):
     pytester.makepyfile(UNKNOWN_TESTS)
-    res = pytester.runpytest("-rsxf")
+    res = _run(pytester, "-rsxf")
     res.assert_outcomes(passed=2, failed=2, skipped=1, xfailed=1)
     res.stdout.fnmatch_lines(["*_ test_undecided_default _*",
                               "bisect-lab could not decide: 'b' is 1.2% slower than 'a'*straddles the allowed 2.0%*",
                               "*_ test_clear_regression _*",
                               "performance regression: 'b' is 20.0% slower than 'a' (value: 95% CI of the slowdown +1*"])
     # the command-line default applies where the marker says nothing
-    res = pytester.runpytest("--bisect-lab-unknown=skip", "-k", "undecided_default")
+    res = _run(pytester, "--bisect-lab-unknown=skip", "-k", "undecided_default")
     res.assert_outcomes(skipped=1)
     pytester.makeini("[pytest]\nbisect_lab_unknown = xfail\n")
-    res = pytester.runpytest("-k", "undecided_default")
+    res = _run(pytester, "-k", "undecided_default")
     res.assert_outcomes(xfailed=1)
 
 
@@ -147,7 +152,7 @@ def test_runs_arms_of_a_real_experiment_and_fails_on_the_planted_regression(pyte
             c.assert_not_slower(0.05)           # two trials cannot show < 5% at alpha / 3: more rounds
             assert c.rounds > 1 and len(c.b_values) == 2 * c.rounds
     """))
-    res = pytester.runpytest("-v", f"--bisect-lab-results={results}", f"--bisect-lab-cache={tmp_path / 'cache'}")
+    res = _run(pytester, "-v", f"--bisect-lab-results={results}", f"--bisect-lab-cache={tmp_path / 'cache'}")
     res.assert_outcomes(passed=4, failed=1)
     out = res.stdout.str()
     # the matrix: "all-minus slow" (= only noop) passes, "all" (with the slow patch) fails
@@ -180,7 +185,7 @@ def test_bad_arm_spec_fails_the_test_with_one_clear_line(pytester, tmp_path):
         def test_no_experiment(bisect_lab):
             bisect_lab.compare("none", "all")
     """))
-    res = pytester.runpytest(f"--bisect-lab-results={tmp_path / 'r'}", f"--bisect-lab-cache={tmp_path / 'c'}")
+    res = _run(pytester, f"--bisect-lab-results={tmp_path / 'r'}", f"--bisect-lab-cache={tmp_path / 'c'}")
     res.assert_outcomes(failed=2)
     res.stdout.fnmatch_lines(["*bisect-lab: unknown patch*slw*", "*bisect-lab: no experiment file*"])
     assert "Traceback" not in res.stdout.str()
@@ -188,7 +193,7 @@ def test_bad_arm_spec_fails_the_test_with_one_clear_line(pytester, tmp_path):
 
 def test_skip_option_skips_bisect_lab_tests(pytester):
     pytester.makepyfile(UNKNOWN_TESTS)
-    res = pytester.runpytest("--bisect-lab-skip")
+    res = _run(pytester, "--bisect-lab-skip")
     res.assert_outcomes(skipped=6)
 
 
@@ -206,7 +211,7 @@ def test_demo_sample_module_fails_on_the_planted_regression(pytester, tmp_path, 
     # A loaded machine can make the demo too noisy to decide within 6 trials per arm: that outcome is
     # an xfail ("could not decide"), never a pass. Quiet machines (CI) decide: a failure.
     monkeypatch.setenv("DEMO_PERF_UNKNOWN", "xfail")
-    res = pytester.runpytest("-v", "-rxX", f"--bisect-lab-results={tmp_path / 'r'}", f"--bisect-lab-cache={tmp_path / 'c'}")
+    res = _run(pytester, "-v", "-rxX", f"--bisect-lab-results={tmp_path / 'r'}", f"--bisect-lab-cache={tmp_path / 'c'}")
     outcomes = res.parseoutcomes()
     assert not outcomes.get("passed"), res.stdout.str()
     if outcomes.get("xfailed"):
