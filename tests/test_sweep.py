@@ -184,3 +184,14 @@ def test_sweep_file_errors_name_the_key(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bisect_lab", "sweep", str(tmp_path / "nope.toml")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "sweep file not found" in proc.stderr
+
+
+def test_warmup_trials_are_stored_but_never_judged(tmp_path):
+    toy = Toy(tmp_path / "t", warmup=1)
+    sweep = _sweep_file(toy, arms=("all",), repeat=2)
+    res = run_sweep(sweep, results=tmp_path / "r", cache=tmp_path / "c")
+    with Store(tmp_path / "r") as store:
+        tags = [t.tag for t in store.trials(res["campaign"])]
+        assert tags == ["warmup", "sweep:nightly", "sweep:nightly"]
+        [night] = sweep_history(store, "nightly")
+        assert len(night.values["all"]) == 2

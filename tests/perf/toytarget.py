@@ -70,7 +70,7 @@ class Toy:
     """The target repository plus its experiment file."""
 
     def __init__(self, root: Path, *, patches: dict[str, float] | None = None, speed: float = 1.0,
-                 cv: float = 0.01, seed: int = 0, repeat: int = 3, min_effect: float = 0.02):
+                 cv: float = 0.01, seed: int = 0, repeat: int = 3, min_effect: float = 0.02, warmup: int = 0):
         self.root = Path(root)
         self.repo = self.root / "target"
         self.repo.mkdir(parents=True)
@@ -101,6 +101,7 @@ class Toy:
             timeout_s = 30
             parser = "sglang-bench-serving"
             metric = "output_throughput"
+            warmup = {warmup}
             [env]
             TOY_STATE = "{self.state}"
             TOY_CV = "{cv}"
