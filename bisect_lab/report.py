@@ -152,7 +152,7 @@ def build_report(store: Store, what: str) -> Report:
         return _attribution_report(store, c, trials)
     if kind == "bisect":
         return _bisect_report(store, c, trials)
-    if kind == "sweep":
+    if kind == "sweep" and c.status == "done":
         return _sweep_report(store, c.params.get("sweep") or c.id, upto=c.id)
     return _run_report(store, c, trials)
 
@@ -627,7 +627,8 @@ def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
     sec.add(Table(["night", "when", "commit", "campaign"] + [f"median `{a}`" for a in arms] + ["alert"], nrows))
     for b in [b for n in nights for b in (n.judgement or {}).get("bisections") or []]:
         sec.p(f"Bisection for `{b.get('arm')}` between `{str(b.get('good'))[:12]}` and `{str(b.get('bad'))[:12]}`: "
-              f"{b.get('status')}" + (f", first bad commit `{b['commit']}`" if b.get("commit") else "")
+              f"{b.get('status')}" + (f", first bad commit `{b['commit'][:12]}` "
+                                      f"{(b.get('commit_info') or {}).get('subject', '')}" if b.get("commit") else "")
               + (f" (campaign {b.get('campaign')})" if b.get("campaign") else ""))
     sections = [sec]
     trials = [t for t in store.trials(last.campaign) if t.tag != "warmup"]

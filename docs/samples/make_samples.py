@@ -7,6 +7,7 @@ What it runs (real trials, nothing faked):
 - ``attribute``: the demo, good none, bad "all OEA_ENABLE=1"                     -> attribution.{html,png}
 - a sweep over 10 "nights" of a toy repository (tests/perf/toytarget.py) whose 5th night
   plants a 15% slowdown, with --bisect-on-regression                                -> sweep.{md,html,png}
+  the report of the planted night itself (the alert)                               -> sweep-alert.{html,png}
   and the bisection it launched                                                     -> bisection.{html,png}
 
 Screenshots: headless Chromium (``apt-get install -y chromium``).
@@ -92,11 +93,15 @@ def sweep_samples(tmp: Path, shots: bool) -> None:
     with Store(results) as store:
         for fmt in ("md", "html"):
             write_report(store, "toy-nightly", fmt=fmt, out=HERE / f"sweep.{fmt}")
+        # the morning after the planted night: what the alert looked like
+        night5 = [c for c in store.campaigns("sweep") if c.status == "done"][4]
+        write_report(store, night5.id, fmt="html", out=HERE / "sweep-alert.html")
         bis = [c for c in store.campaigns("bisect")]
         if bis:
             write_report(store, bis[-1].id, fmt="html", out=HERE / "bisection.html")
     if shots:
         screenshot(HERE / "sweep.html", HERE / "sweep.png")
+        screenshot(HERE / "sweep-alert.html", HERE / "sweep-alert.png")
         if (HERE / "bisection.html").exists():
             screenshot(HERE / "bisection.html", HERE / "bisection.png")
 
