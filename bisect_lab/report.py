@@ -432,6 +432,13 @@ def _attribution_report(store: Store, c: Campaign, trials: list[TrialResult]) ->
     else:
         answer, st = ("Inconclusive within the budget: no factor set explains the difference with enough confidence"
                       + (f" ({regtxt})" if regtxt else "") + "."), "unknown"
+        likely = [f"**{f}** ({p:.2f})" for f, p in sorted(res.get("candidates") or [], key=lambda x: -x[1]) if p >= 0.5]
+        if likely:
+            answer += f" Most likely involved so far: {', '.join(likely)}."
+        plan = res.get("plan")
+        if isinstance(plan, dict) and plan.get("trials_per_arm"):
+            answer += (f" The noise seen (CV {max(plan.get('cv_good') or 0, plan.get('cv_bad') or 0) * 100:.0f}%) "
+                       f"needs about {plan['trials_per_arm']} trials per arm to resolve {min_effect * 100:g}%.")
     sections = [_setup_section(c, trials, metric, hib, [["good arm", _code(good)], ["bad arm", _code(bad)],
                                                          ["factors", ", ".join(_code(f) for f in (res.get("factors") or c.params.get("factors") or []))]])]
     s = Section("Effect of each factor")

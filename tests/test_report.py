@@ -234,3 +234,21 @@ def test_html_escapes_untrusted_text(tmp_path):
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "No trial produced a measurement" in page
     store.close()
+
+
+def test_inconclusive_attribution_says_what_is_likely_and_what_it_would_take(tmp_path):
+    store = Store(tmp_path / "results")
+    cid = store.create_campaign("attribute", experiment="e", experiment_name="e", params={"good": "none", "bad": "all"})
+    for i in range(6):
+        _add(store, _trial(cid, i, "none" if i % 2 else "all", 100.0 - 20 * (i % 2 == 0) + i))
+    store.finish_campaign(cid, "done", {
+        "status": "inconclusive", "culprits": [], "good": "none", "bad": "all", "min_effect": 0.02,
+        "regression": {"ratio": 0.76, "ci_low": 0.67, "ci_high": 0.86},
+        "candidates": [["mla-gather-cast", 0.97], ["oea-topk", 0.2]],
+        "plan": {"cv_good": 0.012, "cv_bad": 0.234, "min_effect": 0.02, "trials_per_arm": 1099}})
+    rep = build_report(store, cid)
+    assert rep.status == "unknown"
+    assert rep.answer.startswith("Inconclusive within the budget")
+    assert "Most likely involved so far: **mla-gather-cast** (0.97)." in rep.answer and "oea-topk" not in rep.answer
+    assert "(CV 23%) needs about 1099 trials per arm to resolve 2%" in rep.answer
+    store.close()

@@ -26,7 +26,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "perf"))
 
 
-def screenshot(html: Path, png: Path, height: int = 4000) -> None:
+def screenshot(html: Path, png: Path, height: int = 7000) -> None:
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if not exe:
         print("no chromium: skipping", png.name)
@@ -111,9 +111,11 @@ def main() -> None:
     ap.add_argument("--skip-demo", action="store_true")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--no-screenshots", action="store_true")
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (results stores, to re-render)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as t:
-        tmp = Path(t)
+        tmp = Path(args.keep) if args.keep else Path(t)
+        tmp.mkdir(parents=True, exist_ok=True)
         if not args.skip_sweep:
             sweep_samples(tmp, not args.no_screenshots)
         if not args.skip_demo:
