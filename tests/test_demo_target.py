@@ -166,15 +166,28 @@ def test_nccl_propagation_changes_what_the_workers_see(trees):
     r0, without = bench(trees(REQUIRED), env=env)
     r1, with_ = bench(trees("nccl-env-propagation", REQUIRED), env=env)
     assert r0.returncode == 0 and r1.returncode == 0, r0.stderr + r1.stderr
-    assert without["worker_env"] == {"0": {}, "1": {}}
+    # launcher + scheduler + detokenizer: the variables stay in the launcher without the patch
+    assert without["worker_env"] == {"0": {}, "detokenizer": {}}
+    assert len(set(without["worker_pids"])) == 2
     assert without["all_reduce"].startswith("ring/Simple")
-    assert with_["worker_env"]["0"] == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"} == with_["worker_env"]["1"]
+    assert with_["worker_env"]["0"] == env == with_["worker_env"]["detokenizer"]
     assert with_["all_reduce"].startswith("tree/LL")
     assert label(r1.stdout, "All-reduce").startswith("tree/LL")
-    # the all-reduce result is bit-identical whatever the algorithm: same tokens
-    assert with_["accept_length"] == without["accept_length"]
-    # the workers are separate processes, and they are the ones that did not see the vars
-    assert len(set(without["worker_pids"])) == 2
+
+
+def test_nccl_algorithms_really_run_with_two_workers(trees):
+    """tp=2: the all-reduce between the two schedulers follows what reached them."""
+    tree = trees("nccl-env-propagation", REQUIRED)
+    results = {}
+    for algo, proto in (("Ring", "Simple"), ("Tree", "LL")):
+        r, js = bench(tree, "--tp-size", "2", env={"NCCL_ALGO": algo, "NCCL_PROTO": proto})
+        assert r.returncode == 0, r.stderr
+        assert js["all_reduce"] == f"{algo.lower()}/{proto} (tp=2)"
+        assert set(js["worker_env"]) == {"0", "1", "detokenizer"}
+        results[algo] = js
+    # the sums are bit-identical whatever the algorithm: the same tokens come out
+    assert results["Ring"]["accept_length"] == results["Tree"]["accept_length"]
+    assert results["Ring"]["sample_text"] == results["Tree"]["sample_text"]
 
 
 def test_sm120_fixes_is_a_no_op_here(trees):

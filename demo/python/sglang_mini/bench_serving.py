@@ -67,6 +67,7 @@ def summarize(args, sa, res: dict, workers: list) -> dict:
         "cuda_graph": res["cuda_graph"],
         "all_reduce": workers[0]["all_reduce"],
         "worker_pids": [w["pid"] for w in workers],
+        "sample_text": reqs[0].get("text", "")[:80] if reqs else "",
         "worker_env": {str(w["rank"]): w["env"] for w in workers},
     }
 

@@ -11,7 +11,10 @@ class ServerArgs:
     # "torch" runs the torch runner with the small CPU shapes wherever torch runs (a check
     # of the GPU code path on machines without a GPU: no graphs there)
     device: str = "auto"
-    tp_size: int = 0                  # 0 = 2 workers on CPU, 1 on a single GPU
+    # 0 = 1 scheduler worker (CPU and a single GPU). tp_size=2 on CPU runs two workers in
+    # lockstep with a real all-reduce between them; on a 2-core machine shared with other
+    # jobs that lockstep makes timings noisy, so it is not the default.
+    tp_size: int = 0
     seed: int = 0
     # speculative decoding: None or "EAGLE3"
     speculative_algorithm: str | None = None
@@ -45,7 +48,7 @@ class ServerArgs:
                 if getattr(self, k) == getattr(ServerArgs, k):
                     setattr(self, k, v)
         if self.tp_size == 0:
-            self.tp_size = 1 if self.device in ("cuda", "torch") else 2
+            self.tp_size = 1
         if self.speculative_algorithm in ("", "none", "None"):
             self.speculative_algorithm = None
         if self.speculative_algorithm not in (None, "EAGLE3"):

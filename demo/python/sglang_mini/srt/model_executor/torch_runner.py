@@ -342,7 +342,8 @@ class TorchModelRunner:
         self._sync()
         n = min(len(out), max_new_tokens)
         return {"ttft": ttft, "latency": time.perf_counter() - t0, "itl": itl, "output_len": n,
-                "input_len": len(prompt), "steps": steps, "verify_path": path, "accepted": len(out) - 1}
+                "input_len": len(prompt), "steps": steps, "verify_path": path, "accepted": len(out) - 1,
+                "output_ids": out[:n]}
 
     def run_workload(self, wl: dict) -> dict:
         for p in wl["warmup_prompts"]:
