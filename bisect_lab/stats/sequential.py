@@ -2,10 +2,10 @@
 
 Evaluated after every new good/bad measurement, so it stops as soon as the answer is clear:
 
-* ``regression`` when the lower confidence bound of the regression exceeds a margin
-  (``margin_frac`` x min_effect): a real, material regression, not just a significant 0.3%;
-* ``no-regression`` when the upper confidence bound is below ``min_effect``: whatever the
-  difference is, it is smaller than what the user said matters;
+* ``regression`` when the one-sided ``1-alpha`` lower confidence bound of the regression exceeds a
+  margin (``margin_frac`` x min_effect): a real, material regression, not just a significant 0.3%;
+* ``no-regression`` when the one-sided ``1-alpha_no`` upper bound (default alpha/5) is below
+  ``min_effect``: whatever the difference is, it is smaller than what the user said matters;
 * ``continue`` otherwise.
 
 The two bounds use different one-sided levels. A wrongly confirmed regression sends the search
@@ -39,7 +39,7 @@ class GateResult:
 
 def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: float = 0.02,
                     alpha: float = 0.05, margin_frac: float = 0.25, min_n: int = 2,
-                    alpha_no: float | None = None) -> GateResult:
+                    alpha_no: float | None = None, min_n_no: int = 4) -> GateResult:
     """Decide regression / no-regression / continue from the good and bad arms' measurements."""
     g = as_positive_array(good, "good")
     b = as_positive_array(bad, "bad")
@@ -53,12 +53,13 @@ def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: flo
     if se == 0:
         lo = hi = reg
     else:
-        lo = reg - _st.t.ppf(1 - alpha / 2, df) * se
+        lo = reg - _st.t.ppf(1 - alpha, df) * se
         hi = reg + _st.t.ppf(1 - a_no, df) * se
     thr = math.log1p(min_effect)
     if lo > margin_frac * thr:
         decision = "regression"
-    elif hi < thr:
+    elif hi < thr and min(g.size, b.size) >= min_n_no:
+        # "no regression" ends a campaign: not on two values per arm
         decision = "no-regression"
     else:
         decision = "continue"

@@ -1,0 +1,511 @@
+"""Adaptive Bayesian attribution: which factors explain the difference between a good and a bad arm.
+
+How it works (docs/attribution.md has the long version):
+
+1. **Confirm the regression.** The good and bad arms are measured first (randomised order) and
+   re-measured throughout; a sequential Welch-on-logs gate (``stats.regression_gate``) decides
+   ``regression`` / ``no-regression`` / ``continue`` after each new reference measurement.
+2. **Search.** A posterior over culprit hypotheses (single factors, AND / OR pairs, free pairs;
+   ``hypotheses.py``) is updated after every trial; the next arm is the candidate subset with the
+   largest expected information about the hypothesis. Every trial informs every hypothesis
+   (adaptive group testing with a noise model, not one factor at a time).
+3. **Guard against drift.** References are re-measured every ``reference_every`` trials; a within-arm
+   linear trend is estimated and removed when it is significant.
+4. **Confirm the answer.** When one culprit set holds ``stop_probability`` of the posterior, the arms
+   "bad minus culprits" and "good plus culprits" must have been measured; the posterior is checked
+   again with them, and the regression gate must still say ``regression``.
+5. **Decompose.** A log-linear model with heteroscedasticity-robust (HC3) errors gives each culprit's
+   effect, the interaction term, and the share of the regression each explains, with intervals.
+
+Answers ``no-regression`` when the gate says the difference is below ``min_effect``, and
+``inconclusive`` when the budget runs out first: a culprit is never named without both the gate and
+the posterior agreeing.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .. import stats
+from ..verdicts import (AttributionVerdict, ConfirmationCheck, FactorEffect, Interaction,
+                        PlanEstimate, RatioEstimate)
+from .base import Observation, StrategyBase, drive
+from .hypotheses import ADD, AND, FAMILY_NAMES, OR, SINGLE, HypothesisSpace, Levels, posterior
+
+
+class AttributionStrategy(StrategyBase):
+    """Seeded ask/tell attribution strategy (see module docstring).
+
+    Parameters beyond the protocol:
+      min_effect: smallest relative regression of interest (0.02 = 2%).
+      alpha: error level of the good-vs-bad gate and of reported intervals.
+      stop_probability: posterior probability a culprit set needs before confirmation.
+      initial_repeats: good and bad measurements each before anything else (>= 2).
+      reference_every: once the regression is confirmed, re-measure a reference arm every this
+        many trials (drift guard).
+      confirm_repeats: measurements of each confirmation arm required at the end.
+      batch_size: arms per ask() once the initial batch is done (several hosts in parallel).
+    """
+
+    name = "attribution"
+
+    def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
+                 max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
+                 stop_probability: float = 0.99, initial_repeats: int = 2,
+                 reference_every: int = 8, confirm_repeats: int = 1, batch_size: int = 1,
+                 n_random_candidates: int = 30, drift_alpha: float = 0.01, em_levels: bool = True,
+                 set_probability: float = 0.95, miss_probability: float = 0.03,
+                 family_prior=None):
+        super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
+        if not 0 < min_effect < 1:
+            raise ValueError("min_effect must be in (0, 1)")
+        self.min_effect = float(min_effect)
+        self.alpha = float(alpha)
+        self.stop_probability = float(stop_probability)
+        self.initial_repeats = max(2, int(initial_repeats))
+        self.reference_every = max(2, int(reference_every))
+        self.confirm_repeats = max(1, int(confirm_repeats))
+        self.batch_size = max(1, int(batch_size))
+        self.n_random_candidates = int(n_random_candidates)
+        self.drift_alpha = float(drift_alpha)
+        self.em_levels = bool(em_levels)
+        self.set_probability = float(set_probability)
+        self.miss_probability = float(miss_probability)
+        self.index = {f: k for k, f in enumerate(self.factors)}
+        self.space = (HypothesisSpace(len(self.factors)) if family_prior is None
+                      else HypothesisSpace(len(self.factors), family_prior=family_prior))
+        self.good = frozenset()
+        self.bad = frozenset(self.factors)
+        self._since_reference = 0
+        self._next_reference_bad = bool(self.rng.integers(2))
+        self._state: dict = {}
+        self._outcome: str | None = None
+
+    # ------------------------------------------------------------------ data views
+    def _ok(self) -> list[Observation]:
+        return [o for o in self.observations if o.ok]
+
+    def _log_values(self) -> tuple[list[Observation], np.ndarray, object]:
+        """Observations and their log values, detrended when a within-arm trend is significant."""
+        obs = self._ok()
+        y = np.log([o.value for o in obs]) if obs else np.zeros(0)
+        drift = None
+        groups = [o.active for o in obs]
+        if len(obs) >= 8 and len(set(groups)) < len(groups):
+            keys = [",".join(sorted(g)) for g in groups]
+            drift = stats.within_group_trend([o.index for o in obs], [o.value for o in obs], keys,
+                                             alpha=self.drift_alpha)
+            if drift.drifting and math.isfinite(drift.slope):
+                t = np.array([o.index for o in obs], dtype=float)
+                y = y - drift.slope * (t - t.mean())
+        return obs, y, drift
+
+    def _arm_values(self, obs, y, arm) -> np.ndarray:
+        return np.array([v for o, v in zip(obs, y) if o.active == arm])
+
+    def _gate(self, obs, y):
+        g = np.exp(self._arm_values(obs, y, self.good))
+        b = np.exp(self._arm_values(obs, y, self.bad))
+        if len(g) < 2 or len(b) < 2:
+            return None
+        return stats.regression_gate(g, b, higher_is_better=self.higher_is_better,
+                                     min_effect=self.min_effect, alpha=self.alpha)
+
+    def _posterior(self, obs, y):
+        """Posterior over hypotheses from every measurement so far (see hypotheses.posterior)."""
+        arms: dict[frozenset, list[float]] = {}
+        for o, v in zip(obs, y):
+            arms.setdefault(o.active, []).append(float(v))
+        keys = list(arms)
+        X = np.zeros((len(keys), len(self.factors)), dtype=bool)
+        for r, a in enumerate(keys):
+            for f in a:
+                X[r, self.index[f]] = True
+        ys = [np.asarray(arms[a]) for a in keys]
+        # noise scale: pooled within-arm variance of the replicated arms, expressed at the good
+        # level; the bad/good variance ratio only when the references differ significantly
+        g = np.asarray(arms.get(self.good, []))
+        b = np.asarray(arms.get(self.bad, []))
+        ratio = 1.0
+        if self._heteroscedastic(arms):
+            ratio = float(np.clip(b.var(ddof=1) / g.var(ddof=1), 1e-4, 1e4))
+        ss, df = 0.0, 0
+        pos_ref = {self.good: 0.0, self.bad: 1.0}
+        for a, vals in arms.items():
+            if len(vals) > 1:
+                # scale each arm's variance to the good level (unknown position: geometric middle)
+                p = pos_ref.get(a, 0.5)
+                ss += float(np.var(vals, ddof=1)) * (len(vals) - 1) / ratio ** p
+                df += len(vals) - 1
+        s0 = math.sqrt(max(ss / df, 1e-10)) if df else 0.5 * math.log1p(self.min_effect)
+        me = math.log1p(self.min_effect)
+        pos = self.space.positions(X)
+        post = posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=float(min(df, 4) or 1),
+                         positions=pos)
+        delta = abs(post.levels.mu_bad - post.levels.mu_good)
+        allowed = self.space.allowed(delta, me)
+        return posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=float(min(df, 4) or 1),
+                         allowed=allowed, positions=pos)
+
+    def _heteroscedastic(self, arms: dict) -> bool:
+        """Do the good and bad references have significantly different noise (F test)?"""
+        g = np.asarray(arms.get(self.good, []))
+        b = np.asarray(arms.get(self.bad, []))
+        if g.size < 3 or b.size < 3:
+            return False
+        vg, vb = g.var(ddof=1), b.var(ddof=1)
+        if vg <= 0 or vb <= 0:
+            return False
+        from scipy import stats as st
+        f = vb / vg
+        p = 2 * min(st.f.cdf(f, b.size - 1, g.size - 1), st.f.sf(f, b.size - 1, g.size - 1))
+        return bool(p < 0.05)
+
+    # ------------------------------------------------------------------ planning
+    def _plan(self) -> list[frozenset[str]]:
+        ng, nb = len(self.values(self.good)), len(self.values(self.bad))
+        if self._refs_broken():
+            self._outcome = "inconclusive"
+            return []
+        if ng < self.initial_repeats or nb < self.initial_repeats:
+            batch = ([self.good] * (self.initial_repeats - ng) + [self.bad] * (self.initial_repeats - nb))
+            order = self.rng.permutation(len(batch))
+            return [batch[k] for k in order]
+        obs, y, drift = self._log_values()
+        gate = self._gate(obs, y)
+        post = self._posterior(obs, y)
+        sets = post.culprit_sets()
+        best_set, best_p = max(sets.items(), key=lambda kv: kv[1]) if sets else ((), 0.0)
+        sure = self._sure(post, best_set, best_p)
+        self._state = {"gate": gate, "posterior": post, "best": best_set, "best_p": best_p,
+                       "drift": drift}
+        decision = gate.decision if gate else "continue"
+        if decision == "no-regression":
+            self._outcome = "no-regression"
+            return []
+        C = frozenset(self.factors[k] for k in best_set)
+        confirm = self.confirmation_arms(C)
+        confirmed = all(len(self.values(a)) >= self.confirm_repeats for a in confirm)
+        if sure and confirmed and decision == "regression":
+            self._outcome = "culprits"
+            return []
+        batch: list[frozenset[str]] = []
+        k = 0
+        while len(batch) < self.batch_size:
+            k += 1
+            if self._reference_due(gate):
+                batch.append(self._take_reference())
+                continue
+            if sure and not confirmed:
+                missing = [a for a in confirm if len(self.values(a)) + batch.count(a) < self.confirm_repeats]
+                if missing:
+                    batch.append(missing[0])
+                    self._since_reference += 1
+                    continue
+            if sure and decision != "regression":
+                batch.append(self._take_reference())
+                continue
+            cand = self._candidates(post, exclude=batch)
+            mi = post.expected_information(cand)
+            best = int(np.argmax(mi))
+            arm = frozenset(self.factors[f] for f in np.flatnonzero(cand[best]))
+            batch.append(arm)
+            self._since_reference += 1
+        return batch
+
+    def confirmation_arms(self, C: frozenset) -> list[frozenset[str]]:
+        """Arms that must have been measured before ``C`` is named: bad minus C (must look good)
+        and good plus C (must look bad); for a pair also each culprit alone, which tells the pair
+        apart from a single culprit (and / or / additive all predict something different there)."""
+        arms = [self.bad - C, C]
+        if len(C) > 1:
+            arms += [frozenset({c}) for c in sorted(C)]
+        out = []
+        for a in arms:
+            if a not in out:
+                out.append(a)
+        return out
+
+    def _sure(self, post, best_set, best_p) -> bool:
+        """Stop rule. Every named factor must be a culprit with posterior probability >=
+        ``stop_probability``, every other factor must be one with probability <= ``miss_probability``,
+        and the named set itself must hold ``set_probability``. Per-factor control: the residual
+        doubt may be spread over "f plus a weak partner" alternatives without blocking the answer."""
+        if not best_set or best_p < self.set_probability:
+            return False
+        marg = post.factor_marginals()
+        named = np.zeros(marg.size, bool)
+        named[list(best_set)] = True
+        return bool(marg[named].min() >= self.stop_probability
+                    and (marg[~named].max() if (~named).any() else 0.0) <= self.miss_probability)
+
+    def _refs_broken(self) -> bool:
+        # the references failing again and again: nothing can be concluded
+        for arm in (self.good, self.bad):
+            if self.failures(arm) >= 3 and self.failures(arm) > 2 * len(self.values(arm)):
+                return True
+        return False
+
+    def _reference_due(self, gate) -> bool:
+        if gate is None:
+            return True
+        if gate.decision == "continue":
+            # undecided: interleave references with the search, and when the regression looks
+            # small, spend on the references only (searching a non-regression is waste)
+            small = gate.regression_log < 0.5 * math.log1p(self.min_effect)
+            return small or self._since_reference >= 1
+        return self._since_reference >= self.reference_every
+
+    def _take_reference(self) -> frozenset[str]:
+        """The reference whose next measurement shrinks the good-vs-bad standard error most
+        (Neyman allocation: the noisier arm gets more trials); alternate on ties."""
+        g, b = np.log(self.values(self.good)), np.log(self.values(self.bad))
+        ng, nb = g.size, b.size
+        vg = g.var(ddof=1) if ng > 1 else 0.0
+        vb = b.var(ddof=1) if nb > 1 else 0.0
+        gain_g = vg / ng - vg / (ng + 1) if ng else np.inf
+        gain_b = vb / nb - vb / (nb + 1) if nb else np.inf
+        if ng < 3 and ng <= nb:
+            arm = self.good          # three each first: the noise of both levels must be known
+        elif nb < 3:
+            arm = self.bad
+        elif gain_g > 1.5 * gain_b or (ng + 2 < nb and not gain_b > 1.5 * gain_g):
+            arm = self.good
+        elif gain_b > 1.5 * gain_g or nb + 2 < ng:
+            arm = self.bad
+        else:
+            arm = self.bad if self._next_reference_bad else self.good
+            self._next_reference_bad = not self._next_reference_bad
+        self._since_reference = 0
+        return arm
+
+    def _candidates(self, post, exclude=()) -> np.ndarray:
+        """Candidate arms (rows, bool over factors): random subsets of several densities, splits
+        of the posterior mass, and the confirmation arms of the leading hypotheses."""
+        n = len(self.factors)
+        rows: list[np.ndarray] = []
+        for p in (0.2, 0.35, 0.5, 0.65, 0.8):
+            for _ in range(max(1, self.n_random_candidates // 5)):
+                rows.append(self.rng.random(n) < p)
+        marg = post.factor_marginals()
+        noise = self.rng.random(n) * 1e-9
+        order = np.argsort(-(marg + noise))
+        cum = np.cumsum(marg[order]) / max(marg.sum(), 1e-12)
+        for frac in (0.3, 0.5, 0.7):
+            cut = int(np.searchsorted(cum, frac)) + 1
+            r = np.zeros(n, bool)
+            r[order[:cut]] = True
+            rows.append(r)
+            rows.append(~r)
+        alt = np.zeros(n, bool)
+        alt[order[::2]] = True
+        rows += [alt, ~alt]
+        w = post.weights
+        for h in np.argsort(-w)[:8]:
+            c = list(post.space.culprits(int(h)))
+            r = np.zeros(n, bool)
+            r[c] = True
+            rows += [r, ~r]
+            if len(c) == 2:
+                for f in c:
+                    s = np.zeros(n, bool)
+                    s[f] = True
+                    rows += [s, ~s]
+        for f in order[:4]:
+            s = np.zeros(n, bool)
+            s[f] = True
+            rows += [s, ~s]
+        X = np.unique(np.array(rows), axis=0)
+        if exclude:
+            ex = {frozenset(a) for a in exclude}
+            keep = [r for r in X if frozenset(self.factors[f] for f in np.flatnonzero(r)) not in ex]
+            if keep:
+                X = np.array(keep)
+        return X
+
+    # ------------------------------------------------------------------ verdict
+    def verdict(self) -> AttributionVerdict:
+        obs, y, drift = self._log_values()
+        gate = self._gate(obs, y)
+        outcome = self._outcome
+        if outcome is None:
+            outcome = "inconclusive"
+        warnings: list[str] = []
+        culprits: list[str] = []
+        effects: tuple = ()
+        interactions: tuple = ()
+        confirmation: tuple = ()
+        confidence = float("nan")
+        hyp = ""
+        candidates: tuple = ()
+        if len({o.active for o in obs}) >= 1 and gate is not None:
+            post = self._posterior(obs, y)
+            marg = post.factor_marginals()
+            candidates = tuple(sorted(((self.factors[k], round(float(marg[k]), 4))
+                                       for k in range(len(self.factors))), key=lambda t: -t[1]))
+            sets = post.culprit_sets()
+            best_set, best_p = max(sets.items(), key=lambda kv: kv[1])
+            w = post.weights
+            members = [h for h in range(post.space.size) if post.space.culprits(h) == best_set]
+            best_h = max(members, key=lambda h: w[h])
+            if outcome == "culprits":
+                culprits = sorted(self.factors[k] for k in best_set)
+                confidence = float(best_p)
+                hyp = FAMILY_NAMES[post.space.family[best_h]]
+                effects, interactions = self._decompose(obs, y, best_set, int(post.space.family[best_h]))
+                confirmation = self._confirmation(obs, y, frozenset(culprits))
+            elif outcome == "inconclusive" and gate.decision == "regression":
+                warnings.append("budget ran out before one explanation was clear; leading candidates: "
+                                + ", ".join(f"{n} ({p:.0%})" for n, p in candidates[:3]))
+        regression = None
+        if gate is not None:
+            c = gate.comparison
+            regression = RatioEstimate(c.ratio, c.ci_low, c.ci_high, c.p_value, c.n_a, c.n_b)
+        plan = self._plan_estimate(obs, y)
+        warnings += self._warnings(obs, y, drift, plan)
+        if self._refs_broken():
+            warnings.append("the good or bad arm keeps failing; no conclusion possible")
+        if outcome == "inconclusive" and self.budget_left <= 0:
+            warnings.append(f"budget of {self.max_trials} trials exhausted")
+        return AttributionVerdict(
+            status=outcome, culprits=culprits, trials=self.trials, regression=regression,
+            effects=effects, interactions=interactions, confirmation=confirmation,
+            confidence=confidence, hypothesis=hyp, candidates=candidates, plan=plan,
+            warnings=tuple(warnings), failed_trials=self.failed,
+            higher_is_better=self.higher_is_better, min_effect=self.min_effect, alpha=self.alpha,
+            strategy=self.name, factors=self.factors,
+            extra={"gate": gate.decision if gate else None,
+                   "drift_per_100_trials": (drift.slope * 100 if drift is not None and drift.drifting else 0.0)})
+
+    def _decompose(self, obs, y, cset, family):
+        """Log-linear model with HC3 errors: main effects (and the interaction for pairs)."""
+        import statsmodels.api as sm
+
+        names = [self.factors[k] for k in cset]
+        X = np.array([[1.0 if nm in o.active else 0.0 for nm in names] for o in obs])
+        cols, labels, kinds = [], [], []
+        if len(names) == 1:
+            cols, labels, kinds = [X[:, 0]], names, ["main"]
+        else:
+            inter = X[:, 0] * X[:, 1]
+            full = [X[:, 0], X[:, 1], inter]
+            D = np.column_stack([np.ones(len(y))] + full)
+            if np.linalg.matrix_rank(D) == 4 and len(y) > 5:
+                cols, labels, kinds = full, names + ["*".join(names)], ["main", "main", "interaction"]
+            elif family == AND:
+                cols, labels, kinds = [inter], ["*".join(names)], ["interaction"]
+            else:
+                cols, labels, kinds = [X[:, 0], X[:, 1]], names, ["main", "main"]
+        D = np.column_stack([np.ones(len(y))] + cols)
+        fit = sm.OLS(y, D).fit(cov_type="HC3")
+        beta = np.asarray(fit.params)[1:]
+        cov = np.asarray(fit.cov_params())[1:, 1:]
+        if not np.all(np.isfinite(cov)):
+            cov = np.nan_to_num(cov, nan=0.0)
+        dfree = max(1, len(y) - D.shape[1])
+        from scipy import stats as st
+        q = st.t.ppf(1 - self.alpha / 2, dfree)
+        se = np.sqrt(np.maximum(np.diag(cov), 0))
+        total = beta.sum()
+        rng = np.random.default_rng(self.seed + 1)       # local: verdict() must not move self.rng
+        draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")
+        tot = draws.sum(1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shares = draws / tot
+        effects = []
+        for k, (lab, kind) in enumerate(zip(labels, kinds)):
+            p = float(2 * st.t.sf(abs(beta[k]) / se[k], dfree)) if se[k] > 0 else float("nan")
+            est = RatioEstimate(math.exp(beta[k]), math.exp(beta[k] - q * se[k]), math.exp(beta[k] + q * se[k]), p)
+            sh = shares[:, k][np.isfinite(shares[:, k])]
+            lo, hi = (np.quantile(sh, [self.alpha / 2, 1 - self.alpha / 2]) if sh.size else (np.nan, np.nan))
+            effects.append(FactorEffect(lab, kind, est, float(beta[k] / total) if total else float("nan"),
+                                        float(lo), float(hi)))
+        interactions = []
+        if len(names) == 2:
+            term = next((e.effect for e in effects if e.kind == "interaction"), None)
+            if family in (AND, OR):
+                kind = "and" if family == AND else "or"
+                desc = (f"the regression appears only when {names[0]} and {names[1]} are both bad"
+                        if family == AND else
+                        f"either {names[0]} or {names[1]} alone causes the whole regression")
+                interactions.append(Interaction(tuple(names), kind, term or RatioEstimate(float("nan"), float("nan"), float("nan")), desc))
+            elif term is not None and (term.ci_low > 1 or term.ci_high < 1):
+                same_dir = (math.log(term.ratio) * total) > 0
+                kind = "synergy" if same_dir else "antagonism"
+                interactions.append(Interaction(tuple(names), kind, term,
+                                                f"joint effect of {names[0]} and {names[1]} is "
+                                                f"{'larger' if same_dir else 'smaller'} than the sum of their effects"))
+        return tuple(effects), tuple(interactions)
+
+    def _confirmation(self, obs, y, C: frozenset) -> tuple:
+        g = self._arm_values(obs, y, self.good)
+        b = self._arm_values(obs, y, self.bad)
+        span = b.mean() - g.mean()
+        out = []
+        for arm, expect in ((self.bad - C, "good"), (C, "bad")):
+            v = self._arm_values(obs, y, arm)
+            if v.size == 0 or span == 0:
+                continue
+            pos = (v.mean() - g.mean()) / span
+            sd = v.std(ddof=1) if v.size > 1 else max(g.std(ddof=1), b.std(ddof=1))
+            se = math.sqrt(sd ** 2 / v.size + g.var(ddof=1) / g.size) / abs(span)
+            ok = pos < 0.5 if expect == "good" else pos > 0.5
+            out.append(ConfirmationCheck(tuple(sorted(arm)), expect, int(v.size), float(pos),
+                                         float(pos - 1.96 * se), float(pos + 1.96 * se), bool(ok)))
+        return tuple(out)
+
+    def _plan_estimate(self, obs, y) -> PlanEstimate:
+        g = np.exp(self._arm_values(obs, y, self.good))
+        b = np.exp(self._arm_values(obs, y, self.bad))
+        cg = stats.log_cv(g) if g.size >= 2 else float("nan")
+        cb = stats.log_cv(b) if b.size >= 2 else float("nan")
+        n = None
+        if g.size >= 2 and b.size >= 2:
+            # Welch with unequal variances: the per-arm n for the pooled root-mean-square noise
+            n = stats.plan_trials([g, b], min_effect=self.min_effect, alpha=self.alpha)
+        return PlanEstimate(cg, cb, self.min_effect, n)
+
+    def _warnings(self, obs, y, drift, plan) -> list[str]:
+        w = []
+        if drift is not None and drift.drifting:
+            w.append(f"drift: {drift.slope * 100:+.2%} per 100 trials (p={drift.p_value:.2g}); "
+                     "removed with a within-arm trend before deciding")
+        if plan.trials_per_arm is not None and plan.trials_per_arm > 30:
+            w.append(f"noisy arms (CV good {plan.cv_good:.1%}, bad {plan.cv_bad:.1%}): {plan.text}")
+        if (math.isfinite(plan.cv_good) and math.isfinite(plan.cv_bad) and min(plan.cv_good, plan.cv_bad) > 0
+                and max(plan.cv_good, plan.cv_bad) / min(plan.cv_good, plan.cv_bad) > 3):
+            w.append(f"the good and bad arms have very different noise (CV {plan.cv_good:.1%} vs "
+                     f"{plan.cv_bad:.1%}); compared without assuming equal variances")
+        for arm, label in ((self.good, "good"), (self.bad, "bad")):
+            v = np.exp(self._arm_values(obs, y, arm))
+            out = stats.outliers(v) if v.size >= 5 else []
+            if out:
+                w.append(f"{len(out)} outlier(s) in the {label} arm (kept: heavy tails are real behaviour)")
+        if self.failed:
+            w.append(f"{self.failed} failed trial(s), not counted as measurements")
+        return w
+
+    # ------------------------------------------------------------------ progress
+    def progress(self) -> dict:
+        """A small JSON-able snapshot for progress display: trials, gate, leading candidates."""
+        st_ = self._state
+        gate = st_.get("gate")
+        best = st_.get("best", ())
+        return {"trials": self.trials, "failed": self.failed,
+                "gate": gate.decision if gate else None,
+                "leading": sorted(self.factors[k] for k in best), "probability": st_.get("best_p")}
+
+
+def attribute_factors(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,
+                      seed: int = 0, max_trials: int = 400, **kw) -> AttributionVerdict:
+    """Find which factors explain the difference between the good and the bad arm (DESIGN 3.5).
+
+    ``measure(active)`` runs one trial of the arm in which exactly the factors in ``active`` take
+    their bad value and returns the metric (``None`` = failed trial). ``verdict.trials`` equals the
+    number of ``measure`` calls. Extra keyword arguments go to :class:`AttributionStrategy`.
+    """
+    strategy = AttributionStrategy(factors, higher_is_better=higher_is_better, seed=seed,
+                                   max_trials=max_trials, **kw)
+    return drive(strategy, measure)
