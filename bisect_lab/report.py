@@ -340,12 +340,17 @@ def _fingerprint_section(store: Store, trials: list[TrialResult], metric: str, h
         return s
     changes = diff(fa, fb)
     # Tree and patch hashes (and the tree's own path on PYTHONPATH) differ between arms by design.
-    by_design = [ch for ch in changes if ch.path.startswith("tree.") or
-                 (ch.path == "env.PYTHONPATH" and "/trees/" in str(ch.a) + str(ch.b))]
+    import re
+    arm_vars = set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", f"{best.arm} {worst.arm}"))
+    # By design: the tree (hash, patches), its own path on PYTHONPATH, and the env vars the arms set.
+    by_design = [ch for ch in changes if ch.path.startswith("tree.")
+                 or (ch.path == "env.PYTHONPATH" and "/trees/" in str(ch.a) + str(ch.b))
+                 or (ch.path.startswith("env.") and ch.path[4:] in arm_vars)]
     others = [ch for ch in changes if ch not in by_design]
     if by_design and (best.arm != worst.arm or best.commit != worst.commit):
         what = "arms" if best.commit == worst.commit else "commits" if best.arm == worst.arm else "arms and commits"
-        s.p(f"{len(by_design)} difference(s) in the tree itself (tree hash, patches) come from the {what}: expected.")
+        s.p(f"{len(by_design)} difference(s) in the tree itself (tree hash, patches) or in the env vars the arms "
+            f"set come from the {what}: expected.")
     if not others:
         s.p("No other difference in the recorded environment (driver, clocks, temperatures, packages, load): "
             "the gap comes from the arms or from noise.")
@@ -488,8 +493,10 @@ def _attribution_report(store: Store, c: Campaign, trials: list[TrialResult]) ->
     sections.append(a)
     sections.append(_evidence_section(trials, metric, hib, arms))
     sections += _trust_sections(store, trials, metric, hib, values)
-    for w in res.get("warnings") or []:
-        sections[-1].p(f"warning: {w}")
+    if res.get("warnings"):
+        w = Section("Warnings")
+        w.add(list(res["warnings"]))
+        sections.append(w)
     return Report(f"bisect-lab report: attribution {c.id}", answer, st,
                   [("good", good or "-"), ("bad", bad or "-"), ("trials", str(len(trials)))], sections)
 
