@@ -47,12 +47,14 @@ def _warnings(res: dict, console: Console) -> None:
     env = res.get("env_propagation", {}).get("vars", [])
     if env:
         t = Table(title="Env vars in the benchmark's processes")
-        for col in ("var", "expected", "reached", "arms"):
+        for col in ("var", "expected", "reached", "trials"):
             t.add_column(col)
         for v in env:
             style = "" if v["matched"] == v["total"] else "[yellow]"
             t.add_row(v["var"], "(unset)" if v.get("expected") is None else str(v["expected"]),
-                      f"{style}{v['matched']} of {v['total']} processes", ", ".join(v.get("arms", []))[:80])
+                      f"{style}{v['matched']} of {v['total']} processes",
+                      f"{v.get('trials_incomplete', 0)} of {v.get('trials', 0)} trials incomplete, "
+                      f"{len(v.get('arms', []))} arm(s)")
         console.print(t)
     for w in res.get("warnings", []):
         console.print(f"[yellow]warning:[/] {w}")
@@ -69,19 +71,30 @@ def attribution_result(res: dict, console: Console) -> None:
                       f"[{_pct(reg.get('ci_low'))} .. {_pct(reg.get('ci_high'))}]")
     effects = res.get("effects") or []
     if effects:
-        t = Table(title="Culprits and effects")
-        for col in ("factor", "effect", "95% CI", "share of regression"):
+        t = Table(title="Culprits and effects (effect = metric ratio when the factor takes its bad value)")
+        for col in ("factor", "kind", "effect", "95% CI", "share of regression"):
             t.add_column(col)
         for e in effects:
+            eff = e.get("effect") if isinstance(e.get("effect"), dict) else e
             share = e.get("share")
-            t.add_row(str(e.get("name") or e.get("factor")), _pct(e.get("ratio")),
-                      f"{_pct(e.get('ci_low'))} .. {_pct(e.get('ci_high'))}",
-                      "-" if share is None else f"{share * 100:.0f}%")
+            if share is not None and e.get("share_low") is not None:
+                share_txt = f"{share * 100:.0f}% [{e['share_low'] * 100:.0f}% .. {e['share_high'] * 100:.0f}%]"
+            else:
+                share_txt = "-" if share is None else f"{share * 100:.0f}%"
+            t.add_row(str(e.get("name") or e.get("factor")), str(e.get("kind", "main")), _pct(eff.get("ratio")),
+                      f"{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}", share_txt)
         console.print(t)
     for it in res.get("interactions") or []:
-        names = it.get("factors") or it.get("names")
-        console.print(f"interaction: {' x '.join(names) if names else it} "
-                      + (f"effect {_pct(it.get('ratio'))}" if it.get("ratio") else ""))
+        names = it.get("factors") or it.get("names") if isinstance(it, dict) else it
+        console.print(f"interaction: {' x '.join(names) if isinstance(names, (list, tuple)) else names}")
+    cands = res.get("candidates")
+    if cands and res["status"] != "culprits":
+        console.print("most likely factors: " + ", ".join(f"{n} ({p:.2f})" for n, p in cands[:4]))
+    plan = res.get("plan")
+    if isinstance(plan, dict) and plan.get("trials_per_arm"):
+        console.print(f"planning: to resolve {plan.get('min_effect', 0.02) * 100:.0f}% at this noise: "
+                      f"about {plan['trials_per_arm']} trials per arm")
+        res = dict(res, plan=None)
     if res.get("plan"):
         console.print(f"planning: {res['plan']}")
     _warnings(res, console)
