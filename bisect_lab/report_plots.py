@@ -76,9 +76,12 @@ def distributions(values: dict[str, list[float]], metric: str, higher_is_better:
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(arms) + 1.3))
     data = [values[a] for a in arms]
     pos = list(range(len(arms), 0, -1))
-    ax.boxplot(data, positions=pos, orientation="horizontal", widths=0.5, showfliers=False,
-               medianprops={"color": "black"}, boxprops={"color": "#999999"}, whiskerprops={"color": "#999999"},
-               capprops={"color": "#999999"})
+    style = dict(positions=pos, widths=0.5, showfliers=False, medianprops={"color": "black"},
+                 boxprops={"color": "#999999"}, whiskerprops={"color": "#999999"}, capprops={"color": "#999999"})
+    try:
+        ax.boxplot(data, orientation="horizontal", **style)      # matplotlib >= 3.10
+    except TypeError:
+        ax.boxplot(data, vert=False, **style)                    # older: the same, spelled the old way
     for k, (p, d) in enumerate(zip(pos, data)):
         ax.plot(d, [p + rng.uniform(-0.15, 0.15) for _ in d], "o", ms=4, alpha=0.8, color=PALETTE[k % len(PALETTE)])
     ax.set_yticks(pos)
