@@ -82,7 +82,7 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             v = strategy.verdict()
             vd = v.to_dict() if hasattr(v, "to_dict") else dict(vars(v))
             rng = vd.get("range")
-            levels.append({"good": lo, "bad": hi, "candidates": len(shas) - 1, "status": v.status,
+            levels.append({"good": lo, "bad": hi, "candidates": len(shas) - 1, "status": v.status, "commits": shas,
                            "commit": shas[v.index] if v.status == "culprit" and v.index is not None else None,
                            "verdict": vd,
                            "path": [[shas[p], val] for p, val in (vd.get("path") or [])]})
@@ -121,6 +121,7 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             "candidates": candidates,
             "range": rng_shas,
             "levels": levels,
+            "commits": [c for lv in levels for c in lv["commits"]],
             "untestable": untestable,
             "metric": exp.benchmark.metric,
         })

@@ -32,6 +32,27 @@ def bundled_demo() -> Path:
     raise UsageError("the bundled demo experiment is missing from this installation; pass an EXPERIMENT file")
 
 
+def _arm_words(groups, args) -> list[str]:
+    """Join the words of each ``--patches/--good/--bad`` occurrence into one arm spec.
+
+    ``--patches all-minus topk`` arrives unquoted from the shell as two words; a word
+    that names an experiment file (``*.toml`` or an existing file) is the EXPERIMENT
+    positional that the option swallowed, and is given back to it.
+    """
+    specs = []
+    for words in groups or []:
+        words = [words] if isinstance(words, str) else list(words)
+        keep = []
+        for w in words:
+            if (w.endswith(".toml") or (os.path.isfile(w) and "=" not in w)) and not getattr(args, "experiment", None):
+                args.experiment = w
+            else:
+                keep.append(w)
+        if keep:
+            specs.append(" ".join(keep))
+    return specs
+
+
 def _experiment(path: str | None):
     from .config import load_experiment
     return load_experiment(Path(path) if path else bundled_demo())
@@ -140,8 +161,8 @@ def _with_session(args, exp, body):
 def cmd_run(args) -> int:
     from .campaign import run_arms
     from .render import run_result
+    specs = _arm_words(args.patches, args)
     exp = _experiment(args.experiment)
-    specs = list(args.patches or [])
     if not specs:
         specs = ["all", "none"]
     elif len(specs) == 1 and specs[0].split()[0] != "all":
@@ -154,8 +175,9 @@ def cmd_run(args) -> int:
 def cmd_attribute(args) -> int:
     from .campaign import attribute
     from .render import attribution_result
+    good, bad = _arm_words([args.good], args)[0], _arm_words([args.bad], args)[0]
     exp = _experiment(args.experiment)
-    res = _with_session(args, exp, lambda s: attribute(s, args.good, args.bad, resume=args.resume,
+    res = _with_session(args, exp, lambda s: attribute(s, good, bad, resume=args.resume,
                                                         max_trials=args.max_trials))
     _emit(args, res, attribution_result)
     return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
@@ -164,8 +186,9 @@ def cmd_attribute(args) -> int:
 def cmd_bisect(args) -> int:
     from .bisection import bisect_commits
     from .render import bisect_result
+    arm = _arm_words([args.patches], args)[0] if args.patches else "none"
     exp = _experiment(args.experiment)
-    res = _with_session(args, exp, lambda s: bisect_commits(s, args.good, args.bad, arm=args.patches,
+    res = _with_session(args, exp, lambda s: bisect_commits(s, args.good, args.bad, arm=arm,
                                                              resume=args.resume, max_trials=args.max_trials))
     _emit(args, res, bisect_result)
     return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
@@ -315,15 +338,25 @@ def cmd_report(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import run_sweep
-    res = run_sweep(args.sweep, results=_results(args), cache=_cache(args),
-                    bisect_on_regression=args.bisect_on_regression, json_mode=args.json)
+    from .sweep import render_sweep, run_sweep
+    progress = _Progress(quiet=args.json and not sys.stderr.isatty(), metric="")
+    try:
+        res = run_sweep(args.sweep, results=_results(args), cache=_cache(args),
+                        bisect_on_regression=args.bisect_on_regression, json_mode=args.json, log=progress.log)
+    finally:
+        progress.stop()
+    if res.get("regressions"):
+        from .report import write_report
+        from .store import Store
+        with Store(_results(args)) as st:
+            res["report"] = str(write_report(st, res["sweep"], fmt="html"))
     if args.json:
         print(json.dumps(res, default=str))
     else:
-        from .sweep import render_sweep
         from rich.console import Console
         render_sweep(res, Console())
+        if res.get("report"):
+            print(f"report: {res['report']}")
     return EXIT_REGRESSION if res.get("regressions") else EXIT_OK
 
 
@@ -344,15 +377,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="measure arms, interleaved; summaries and comparisons")
     common(r)
-    r.add_argument("--patches", action="append", metavar="ARM", help="arm spec, e.g. 'all-minus topk' (repeatable)")
+    r.add_argument("--patches", action="append", nargs="+", metavar="ARM",
+                   help="arm spec, e.g. all-minus topk NCCL_PROTO=LL (repeat the option for more arms)")
     r.add_argument("--repeat", type=int, help="trials per arm (default [design] repeat)")
     r.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN", help="continue an interrupted campaign")
     r.set_defaults(func=cmd_run)
 
     a = sub.add_parser("attribute", help="find which factors explain the difference between two arms")
     common(a)
-    a.add_argument("--good", required=True, metavar="ARM")
-    a.add_argument("--bad", required=True, metavar="ARM")
+    a.add_argument("--good", required=True, nargs="+", metavar="ARM")
+    a.add_argument("--bad", required=True, nargs="+", metavar="ARM")
     a.add_argument("--max-trials", type=int, help="budget (default [design] max_trials)")
     a.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
     a.set_defaults(func=cmd_attribute)
@@ -361,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(b)
     b.add_argument("--good", required=True, metavar="REF")
     b.add_argument("--bad", required=True, metavar="REF")
-    b.add_argument("--patches", default="none", metavar="ARM", help="patches applied on every commit (default none)")
+    b.add_argument("--patches", nargs="+", metavar="ARM", help="patches applied on every commit (default none)")
     b.add_argument("--max-trials", type=int)
     b.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
     b.set_defaults(func=cmd_bisect)

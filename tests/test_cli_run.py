@@ -154,3 +154,10 @@ def test_kill_9_then_resume_stores_every_finished_trial_exactly_once(tmp_path, t
     # Resuming a finished campaign is refused.
     again = cli(tmp_path, "run", toy, "--patches", "all", "--patches", "none", "--repeat", "25", "--resume", res["campaign"])
     assert "already finished" in one_line_error(again, 2)
+
+
+def test_unquoted_arm_specs_as_the_card_shows(tmp_path, toy):
+    # `bisect-lab run --patches all-minus topk`: the shell splits the spec into words.
+    p = cli(tmp_path, "run", "--patches", "all-minus", "slow", "NCCL_PROTO=LL", toy, "--repeat", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    assert [a["arm"] for a in json.loads(p.stdout)["arms"]] == ["all", "all-minus slow NCCL_PROTO=LL"]
