@@ -56,7 +56,7 @@ class AttributionStrategy(StrategyBase):
                  stop_probability: float = 0.99, initial_repeats: int = 2,
                  reference_every: int = 8, confirm_repeats: int = 1, batch_size: int = 1,
                  n_random_candidates: int = 30, drift_alpha: float = 0.01, em_levels: bool = True,
-                 set_probability: float = 0.95, miss_probability: float = 0.03,
+                 set_probability: float = 0.9, miss_probability: float = 0.05,
                  family_prior=None):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
@@ -144,7 +144,10 @@ class AttributionStrategy(StrategyBase):
         pos = self.space.positions(X)
         post = posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=float(min(df, 4) or 1),
                          positions=pos)
-        delta = abs(post.levels.mu_bad - post.levels.mu_good)
+        lv = post.levels
+        # a partner must be worth min_effect even if the regression is at the low end of its
+        # interval: an overestimated span must not admit "culprit plus a sub-threshold partner"
+        delta = max(abs(lv.mu_bad - lv.mu_good) - math.hypot(lv.se_good, lv.se_bad), 0.0)
         allowed = self.space.allowed(delta, me)
         return posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=float(min(df, 4) or 1),
                          allowed=allowed, positions=pos)
@@ -188,6 +191,14 @@ class AttributionStrategy(StrategyBase):
         C = frozenset(self.factors[k] for k in best_set)
         confirm = self.confirmation_arms(C)
         confirmed = all(len(self.values(a)) >= self.confirm_repeats for a in confirm)
+        if sure and confirmed and not self._significant(obs, y, best_set):
+            sure = False
+        if sure and confirmed and not self._consistent(obs, y, post, best_set):
+            # the confirmation arms disagree with the answer: keep measuring them (they are the
+            # most informative arms now) rather than trust a model that the data contradict
+            sure = False
+            batch = [a for a in confirm]
+            return [batch[int(self.rng.integers(len(batch)))]]
         if sure and confirmed and decision == "regression":
             self._outcome = "culprits"
             return []
@@ -227,6 +238,66 @@ class AttributionStrategy(StrategyBase):
             if a not in out:
                 out.append(a)
         return out
+
+    def _significant(self, obs, y, best_set) -> bool:
+        """Frequentist guard against naming a noise partner. For a pair, in a log-linear model of
+        all measurements (heteroscedasticity-robust HC3 errors), each member's main effect and the
+        interaction must jointly differ from zero (Wald test) at level alpha / (number of factors)
+        (Bonferroni: the partner was picked among all of them)."""
+        import statsmodels.api as sm
+
+        names = [self.factors[k] for k in best_set]
+        cols = [np.array([1.0 if nm in o.active else 0.0 for o in obs]) for nm in names]
+        level = self.alpha / len(self.factors)
+        yy = np.asarray(y, dtype=float)
+        try:
+            if len(cols) == 1:
+                # one culprit: the good-vs-bad gate and the confirmation arms already test it, and
+                # with a noisy bad level (14% CV) a mean-difference test would waste the
+                # information in how tight the good level is
+                return True
+            D = np.column_stack([np.ones(len(yy)), cols[0], cols[1], cols[0] * cols[1]])
+            if np.linalg.matrix_rank(D) < 4:
+                return False
+            fit = sm.OLS(yy, D).fit(cov_type="HC3")
+            for main in (1, 2):
+                R = np.zeros((2, 4))
+                R[0, main] = 1.0
+                R[1, 3] = 1.0
+                p = float(np.asarray(fit.wald_test(R, scalar=True).pvalue))
+                if not p < level:
+                    return False
+            return True
+        except (ValueError, np.linalg.LinAlgError):
+            return False
+
+    def _consistent(self, obs, y, post, best_set) -> bool:
+        """Do the confirmation arms sit on the side of the midpoint the named hypothesis predicts?
+        (bad minus culprits near good, good plus culprits near bad, and for and/or pairs each
+        culprit alone near good/bad respectively)."""
+        w = post.weights
+        members = [h for h in np.flatnonzero(w > 1e-9) if post.space.culprits(int(h)) == tuple(best_set)]
+        if not members:
+            return False
+        h = max(members, key=lambda k: w[k])
+        lv = post.levels
+        span = lv.mu_bad - lv.mu_good
+        if span == 0:
+            return False
+        C = frozenset(self.factors[k] for k in best_set)
+        for arm in self.confirmation_arms(C):
+            X = np.zeros((1, len(self.factors)), bool)
+            X[0, [self.index[f] for f in arm]] = True
+            expect = float(post.space.positions(X)[0, h])
+            if 0.2 < expect < 0.8:
+                continue                      # additive split: no side to check
+            v = self._arm_values(obs, y, arm)
+            if v.size == 0:
+                return False
+            position = (float(np.mean(v)) - lv.mu_good) / span
+            if (position > 0.5) != (expect > 0.5):
+                return False
+        return True
 
     def _sure(self, post, best_set, best_p) -> bool:
         """Stop rule. Every named factor must be a culprit with posterior probability >=

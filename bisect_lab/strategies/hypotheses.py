@@ -37,7 +37,7 @@ from scipy.special import gammaln, logsumexp
 SINGLE, AND, OR, ADD = 0, 1, 2, 3
 FAMILY_NAMES = ("single", "and", "or", "add")
 # prior mass per family: one culprit is the common case; two-factor patterns must earn their place
-DEFAULT_FAMILY_PRIOR = (0.55, 0.15, 0.08, 0.22)
+DEFAULT_FAMILY_PRIOR = (0.6, 0.15, 0.1, 0.15)
 RHO_GRID = (0.35, 0.5, 0.65)
 
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(20)   # probabilists' Hermite: E over N(0,1)
