@@ -2,8 +2,9 @@
 
 Evaluated after every new good/bad measurement, so it stops as soon as the answer is clear:
 
-* ``regression`` when the one-sided ``1-alpha`` lower confidence bound of the regression exceeds a
-  margin (``margin_frac`` x min_effect): a real, material regression, not just a significant 0.3%;
+* ``regression`` when the one-sided ``1-alpha/2`` lower confidence bound of the regression (Hsu's
+  conservative degrees of freedom) exceeds a margin (``margin_frac`` x min_effect): a real,
+  material regression, not just a significant 0.3%;
 * ``no-regression`` when the one-sided ``1-alpha_no`` upper bound (default alpha/5) is below
   ``min_effect``: whatever the difference is, it is smaller than what the user said matters;
 * ``continue`` otherwise.
@@ -53,7 +54,10 @@ def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: flo
     if se == 0:
         lo = hi = reg
     else:
-        lo = reg - _st.t.ppf(1 - alpha, df) * se
+        # Hsu's conservative df (min n - 1): Welch-Satterthwaite df are optimistic at 2-4 values
+        # per arm, exactly where a sequential look is most tempted; alpha/2 per look keeps the
+        # overall A/A rate of a wrongly confirmed regression near alpha (test_calibration.py)
+        lo = reg - _st.t.ppf(1 - alpha / 2, min(g.size, b.size) - 1) * se
         hi = reg + _st.t.ppf(1 - a_no, df) * se
     thr = math.log1p(min_effect)
     if lo > margin_frac * thr:

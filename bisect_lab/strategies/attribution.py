@@ -78,8 +78,7 @@ class AttributionStrategy(StrategyBase):
                       else HypothesisSpace(len(self.factors), family_prior=family_prior))
         self.good = frozenset()
         self.bad = frozenset(self.factors)
-        self._since_reference = 0
-        self._next_reference_bad = bool(self.rng.integers(2))
+        self._since_reference = 0      # recomputed from the observations at every plan
         self._state: dict = {}
         self._outcome: str | None = None
 
@@ -176,6 +175,7 @@ class AttributionStrategy(StrategyBase):
             batch = ([self.good] * (self.initial_repeats - ng) + [self.bad] * (self.initial_repeats - nb))
             order = self.rng.permutation(len(batch))
             return [batch[k] for k in order]
+        self._since_reference = self._trials_since_reference()
         obs, y, drift = self._log_values()
         gate = self._gate(obs, y)
         post = self._posterior(obs, y)
@@ -329,6 +329,20 @@ class AttributionStrategy(StrategyBase):
             return small or self._since_reference >= 1
         return self._since_reference >= self.reference_every
 
+    def _trials_since_reference(self) -> int:
+        k = 0
+        for o in reversed(self.observations):
+            if o.active in (self.good, self.bad):
+                break
+            k += 1
+        return k
+
+    def _last_reference_was_bad(self) -> bool:
+        for o in reversed(self.observations):
+            if o.active in (self.good, self.bad):
+                return o.active == self.bad
+        return False
+
     def _take_reference(self) -> frozenset[str]:
         """The reference whose next measurement shrinks the good-vs-bad standard error most
         (Neyman allocation: the noisier arm gets more trials); alternate on ties."""
@@ -347,8 +361,7 @@ class AttributionStrategy(StrategyBase):
         elif gain_b > 1.5 * gain_g or nb + 2 < ng:
             arm = self.bad
         else:
-            arm = self.bad if self._next_reference_bad else self.good
-            self._next_reference_bad = not self._next_reference_bad
+            arm = self.good if self._last_reference_was_bad() else self.bad
         self._since_reference = 0
         return arm
 

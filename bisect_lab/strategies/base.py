@@ -12,8 +12,9 @@ A strategy is a pure, seeded state machine:
 * ``done: bool`` and ``verdict()``.
 
 Same seed + same sequence of ``tell()`` = same decisions: a campaign resumes by replaying its stored
-trials (``replay``). All randomness comes from ``self.rng`` and is drawn only when a new batch is
-planned, never in ``tell()``.
+trials (``replay``). To make that hold, a strategy keeps no state that only ``ask()`` changes:
+everything it decides is a function of the told observations, and ``self.rng`` is re-seeded from
+(seed, number of observations) before each batch is planned.
 """
 from __future__ import annotations
 
@@ -95,6 +96,8 @@ class StrategyBase:
             return list(self._pending)
         if self.done:
             return []
+        # randomness depends only on the seed and the observations so far (resume = replay)
+        self.rng = np.random.default_rng([int(self.seed) & 0xFFFFFFFF, len(self.observations)])
         batch = [frozenset(a) for a in self._plan()]
         batch = batch[: max(0, self.budget_left)]
         if not batch:

@@ -28,7 +28,6 @@ class _OneFactorStrategy(StrategyBase):
         self.alpha = float(alpha)
         self.good = frozenset()
         self.bad = frozenset(self.factors)
-        self._rounds = 0
 
     def _arm_for(self, f: str) -> frozenset[str]:
         raise NotImplementedError
@@ -40,10 +39,9 @@ class _OneFactorStrategy(StrategyBase):
         return [self.good, self.bad] + [self._arm_for(f) for f in self.factors]
 
     def _plan(self):
-        if self._rounds >= self.repeats:
-            return []
-        self._rounds += 1
         arms = self.arms()
+        if self.trials >= self.repeats * len(arms):
+            return []
         return [arms[k] for k in self.rng.permutation(len(arms))]   # one randomised round
 
     def verdict(self) -> AttributionVerdict:

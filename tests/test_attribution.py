@@ -1,0 +1,138 @@
+"""Attribution strategy: protocol, determinism / resume, verdict contents, baselines."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from bisect_lab.strategies import (AddOneInStrategy, AttributionStrategy, LeaveOneOutStrategy,
+                                   attribute_factors, drive, replay)
+from bisect_lab.verdicts import AttributionVerdict
+
+
+def make_measure(culprits, effect=0.2, cv=0.02, seed=0, kind="single", calls=None):
+    rng = np.random.default_rng(seed)
+
+    def measure(active):
+        if calls is not None:
+            calls.append(active)
+        if kind == "and":
+            hit = all(c in active for c in culprits)
+        else:
+            hit = any(c in active for c in culprits)
+        return 500.0 * (1 - effect if hit else 1.0) * math.exp(rng.normal(0, cv))
+
+    return measure
+
+
+FACTORS = ["oea-topk", "mla-cast", "nccl-env", "sm120", "env:NCCL_PROTO", "env:SGLANG_X"]
+
+
+def test_finds_single_culprit_and_counts_trials():
+    calls = []
+    v = attribute_factors(FACTORS, make_measure(["mla-cast"], calls=calls), seed=3)
+    assert isinstance(v, AttributionVerdict)
+    assert v.status == "culprits" and v.culprits == ["mla-cast"]
+    assert v.trials == len(calls)
+    assert v.regression.ratio < 0.9 and v.regression.ci_high < 1
+    assert v.confidence >= 0.9
+    eff = {e.name: e for e in v.effects}
+    assert 0.75 < eff["mla-cast"].effect.ratio < 0.85
+    assert eff["mla-cast"].share == pytest.approx(1.0, abs=0.05)
+    checks = {c.expect: c for c in v.confirmation}
+    assert checks["good"].ok and checks["bad"].ok
+    assert v.plan is not None and v.plan.trials_per_arm >= 2 and "trials per arm" in v.plan.text
+    json.dumps(v.to_dict())          # JSON-able
+
+
+def test_and_pair_is_reported_as_interaction():
+    v = attribute_factors(FACTORS, make_measure(["oea-topk", "env:SGLANG_X"], kind="and", seed=5), seed=5)
+    assert v.status == "culprits" and v.culprits == ["env:SGLANG_X", "oea-topk"]
+    assert v.hypothesis == "and"
+    assert v.interactions and v.interactions[0].kind == "and"
+    assert set(v.interactions[0].factors) == {"oea-topk", "env:SGLANG_X"}
+
+
+def test_no_regression_and_lower_is_better():
+    v = attribute_factors(FACTORS, make_measure([], effect=0.0, cv=0.01), seed=1)
+    assert v.status == "no-regression" and v.culprits == []
+    # a latency: the culprit makes values larger
+    rng = np.random.default_rng(2)
+    lat = lambda a: 20.0 * (1.3 if "sm120" in a else 1.0) * math.exp(rng.normal(0, 0.02))  # noqa: E731
+    v = attribute_factors(FACTORS, lat, higher_is_better=False, seed=2)
+    assert v.status == "culprits" and v.culprits == ["sm120"]
+
+
+def test_budget_exhausted_is_inconclusive():
+    v = attribute_factors(FACTORS, make_measure(["nccl-env"], effect=0.03, cv=0.05), seed=0, max_trials=12)
+    assert v.status == "inconclusive" and v.culprits == [] and v.trials == 12
+    assert any("budget" in w for w in v.warnings)
+
+
+def test_failed_trials_count_but_are_not_measurements():
+    inner = make_measure(["sm120"], seed=4)
+    n = {"k": 0}
+
+    def flaky(active):
+        n["k"] += 1
+        return None if n["k"] % 5 == 0 else inner(active)
+
+    v = attribute_factors(FACTORS, flaky, seed=4)
+    assert v.trials == n["k"] and v.failed_trials == n["k"] // 5
+    assert v.status == "culprits" and v.culprits == ["sm120"]
+
+
+def test_same_seed_same_decisions_and_resume_by_replay():
+    measure = make_measure(["oea-topk"], effect=0.08, cv=0.03, seed=9)
+    s1 = AttributionStrategy(FACTORS, seed=7)
+    log = []
+    while True:
+        batch = s1.ask()
+        if not batch:
+            break
+        for arm in batch:
+            value = measure(arm)
+            log.append((arm, value))
+            s1.tell(arm, value)
+    v1 = s1.verdict()
+    # interrupted after half the trials, resumed by replaying the stored trials
+    half = len(log) // 2
+    s2 = replay(AttributionStrategy(FACTORS, seed=7), log[:half])
+    rest = iter(log[half:])
+    while True:
+        batch = s2.ask()
+        if not batch:
+            break
+        for arm in batch:
+            stored_arm, value = next(rest)
+            assert arm == stored_arm          # same decisions as the uninterrupted run
+            s2.tell(arm, value)
+    assert s2.verdict().to_dict() == v1.to_dict()
+
+
+def test_ask_is_idempotent_and_batches():
+    s = AttributionStrategy(FACTORS, seed=0, batch_size=3)
+    first = s.ask()
+    assert sorted(map(sorted, first)) == sorted(map(sorted, s.ask()))    # nothing told yet
+    assert len(first) == 4 and first.count(frozenset()) == 2           # initial good/bad pairs
+    measure = make_measure(["sm120"], seed=1)
+    for arm in first:
+        s.tell(arm, measure(arm))
+    nxt = s.ask()
+    assert 1 <= len(nxt) <= 3
+    with pytest.raises(ValueError):
+        s.tell(frozenset({"nope"}), 1.0)
+
+
+def test_leave_one_out_and_add_one_in_baselines():
+    measure = make_measure(["nccl-env"], effect=0.2, cv=0.02, seed=2)
+    v = drive(LeaveOneOutStrategy(FACTORS, seed=0, repeats=5), measure)
+    assert v.status == "culprits" and v.culprits == ["nccl-env"]
+    assert v.trials == 5 * (len(FACTORS) + 2)
+    v = drive(AddOneInStrategy(FACTORS, seed=0, repeats=5), measure)
+    assert v.culprits == ["nccl-env"]
+
+
+def test_single_factor():
+    v = attribute_factors(["only"], make_measure(["only"], seed=3), seed=3)
+    assert v.status == "culprits" and v.culprits == ["only"]
