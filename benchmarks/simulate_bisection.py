@@ -170,10 +170,10 @@ METHODS = ("noisy", "single-run", "fixed-5")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="60 repetitions per scenario")
-    ap.add_argument("--reps", type=int, default=None, help="repetitions per scenario (default 500)")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per scenario (default 1000)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     a = ap.parse_args(argv)
-    reps = a.reps or (60 if a.quick else 500)
+    reps = a.reps or (60 if a.quick else 1000)
     t0 = time.time()
     work = [
         (si, r, m)
