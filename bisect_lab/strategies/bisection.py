@@ -39,7 +39,7 @@ calls give the same decisions, so a campaign resumes by replaying its stored tri
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -116,12 +116,14 @@ class BisectVerdict:
     trials:     number of measurements made (== measure calls, untestable ones included).
     effect:     ratio bad/good of the metric (e.g. 0.95 = 5% lower), None if never estimated.
     effect_ci:  (lo, hi) interval of that ratio at ``confidence``.
-    range:      smallest (lo, hi) position range holding >= confidence posterior mass (after the
-                confirm step), e.g. (499, 500) when 499 is untestable; None for no-regression.
+    range:      smallest (lo, hi) position range holding >= confidence posterior mass, e.g.
+                (499, 500) when 499 is untestable, or (1, n-1) when no range does (much mass on
+                "no regression"); None for no-regression and before the confirm step ends.
     range_mass: posterior mass of ``range``.
     confidence: the stop confidence used.
-    reason:     short machine-readable why: "posterior" (culprit), "endpoints-equal"
-                (no-regression), "untestable", "budget", "endpoint-untestable" (inconclusive).
+    reason:     short machine-readable why: "posterior" (culprit); "endpoints-equal",
+                "posterior-null" (no-regression); "untestable", "budget", "endpoints-undecided",
+                "endpoint-untestable" (inconclusive); "running" (provisional, before done).
     path:       every trial in order, as (position, value) with value None for untestable.
     n:          number of positions.
     """
@@ -247,6 +249,7 @@ class BisectionStrategy:
         self._last_endpoint_t = 0
         self._params: tuple[float, float, float, float, float] | None = None  # a, b, sg, sb, beta
         self._post: np.ndarray | None = None     # P(c = i), i = 0..n-1 (index 0 always 0)
+        self._n_eff = (0.0, 0.0)                 # soft sample counts of the good and bad sides
         self._p_null = 0.0
         # Scale of the half-normal prior on the step (log units): regressions of interest are a
         # few percent to tens of percent.
@@ -323,7 +326,7 @@ class BisectionStrategy:
         """The verdict; before ``done`` a provisional ``inconclusive`` one describing the state."""
         if self._verdict is not None:
             return self._verdict
-        return self._make_verdict("inconclusive", reason="budget" if self.trials else "not-started")
+        return self._make_verdict("inconclusive", reason="running")
 
     # ------------------------------------------------------------------ confirm phase
     def _endpoint_samples(self) -> tuple[np.ndarray, np.ndarray]:
@@ -720,9 +723,6 @@ class BisectionStrategy:
             rng = rmass = None
             effect, ci = self._effect(None)
         else:
-            if self._post is not None and reason == "budget" and rmass is not None \
-                    and rmass < self.confidence:
-                rng = (1, self.n - 1) if rng is None else rng
             effect, ci = self._effect(None)
         return BisectVerdict(
             status=status,
@@ -741,8 +741,6 @@ class BisectionStrategy:
 
 
 def _replace_trials(v: BisectVerdict, path: list) -> BisectVerdict:
-    from dataclasses import replace
-
     return replace(v, trials=len(path), path=tuple(path))
 
 
