@@ -24,6 +24,7 @@ the posterior agreeing.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Iterable
 
 import numpy as np
@@ -55,9 +56,9 @@ class AttributionStrategy(StrategyBase):
                  max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
                  stop_probability: float = 0.99, initial_repeats: int = 2,
                  reference_every: int = 8, confirm_repeats: int = 1, batch_size: int = 1,
-                 n_random_candidates: int = 30, drift_alpha: float = 0.01, em_levels: bool = True,
+                 n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
-                 family_prior=None):
+                 family_prior=None, search_per_reference: int = 1):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -70,7 +71,7 @@ class AttributionStrategy(StrategyBase):
         self.batch_size = max(1, int(batch_size))
         self.n_random_candidates = int(n_random_candidates)
         self.drift_alpha = float(drift_alpha)
-        self.em_levels = bool(em_levels)
+        self.search_per_reference = max(1, int(search_per_reference))
         self.set_probability = float(set_probability)
         self.miss_probability = float(miss_probability)
         self.index = {f: k for k, f in enumerate(self.factors)}
@@ -259,12 +260,16 @@ class AttributionStrategy(StrategyBase):
             D = np.column_stack([np.ones(len(yy)), cols[0], cols[1], cols[0] * cols[1]])
             if np.linalg.matrix_rank(D) < 4:
                 return False
-            fit = sm.OLS(yy, D).fit(cov_type="HC3")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")     # HC3 on a leverage-1 point: p-value NaN -> not significant
+                fit = sm.OLS(yy, D).fit(cov_type="HC3")
             for main in (1, 2):
                 R = np.zeros((2, 4))
                 R[0, main] = 1.0
                 R[1, 3] = 1.0
-                p = float(np.asarray(fit.wald_test(R, scalar=True).pvalue))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    p = float(np.asarray(fit.wald_test(R, scalar=True).pvalue))
                 if not p < level:
                     return False
             return True
@@ -323,11 +328,25 @@ class AttributionStrategy(StrategyBase):
         if gate is None:
             return True
         if gate.decision == "continue":
-            # undecided: interleave references with the search, and when the regression looks
-            # small, spend on the references only (searching a non-regression is waste)
-            small = gate.regression_log < 0.5 * math.log1p(self.min_effect)
-            return small or self._since_reference >= 1
+            # undecided: interleave references with the search; when the regression does not
+            # (yet) look like min_effect, spend on the references only (searching a
+            # non-regression is waste)
+            small = gate.regression_log < math.log1p(self.min_effect)
+            return small or self._since_reference >= self.search_per_reference
+        if self._reference_starved():
+            return True
         return self._since_reference >= self.reference_every
+
+    def _reference_starved(self) -> bool:
+        """An arm measured much more often than a reference is compared to a level that is
+        known less well than the arm itself: measure the references too."""
+        counts: dict[frozenset, int] = {}
+        for o in self.observations:
+            if o.ok:
+                counts[o.active] = counts.get(o.active, 0) + 1
+        ref = min(counts.get(self.good, 0), counts.get(self.bad, 0))
+        other = max((c for a, c in counts.items() if a not in (self.good, self.bad)), default=0)
+        return other > 2 * ref
 
     def _trials_since_reference(self) -> int:
         k = 0
@@ -352,7 +371,9 @@ class AttributionStrategy(StrategyBase):
         vb = b.var(ddof=1) if nb > 1 else 0.0
         gain_g = vg / ng - vg / (ng + 1) if ng else np.inf
         gain_b = vb / nb - vb / (nb + 1) if nb else np.inf
-        if ng < 3 and ng <= nb:
+        if self._reference_starved():
+            arm = self.good if ng <= nb else self.bad
+        elif ng < 3 and ng <= nb:
             arm = self.good          # three each first: the noise of both levels must be known
         elif nb < 3:
             arm = self.bad
@@ -483,7 +504,9 @@ class AttributionStrategy(StrategyBase):
             else:
                 cols, labels, kinds = [X[:, 0], X[:, 1]], names, ["main", "main"]
         D = np.column_stack([np.ones(len(y))] + cols)
-        fit = sm.OLS(y, D).fit(cov_type="HC3")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sm.OLS(y, D).fit(cov_type="HC3")
         beta = np.asarray(fit.params)[1:]
         cov = np.asarray(fit.cov_params())[1:, 1:]
         if not np.all(np.isfinite(cov)):
