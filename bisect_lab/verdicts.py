@@ -130,7 +130,7 @@ class AttributionVerdict(_ToDict):
     interactions: tuple[Interaction, ...] = ()
     confirmation: tuple[ConfirmationCheck, ...] = ()
     confidence: float = float("nan")
-    hypothesis: str = ""      # "single" | "and" | "or" | "pair" | ""
+    hypothesis: str = ""      # "single" | "and" | "or" | "add" | ""
     candidates: tuple[tuple[str, float], ...] = ()
     plan: PlanEstimate | None = None
     warnings: tuple[str, ...] = ()

@@ -436,7 +436,8 @@ class AttributionStrategy(StrategyBase):
         gate = self._gate(obs, y)
         outcome = self._outcome
         if outcome is None:
-            outcome = "inconclusive"
+            # stopped from outside (budget): the gate may still have settled the question
+            outcome = "no-regression" if gate is not None and gate.decision == "no-regression" else "inconclusive"
         warnings: list[str] = []
         culprits: list[str] = []
         effects: tuple = ()
@@ -581,8 +582,8 @@ class AttributionStrategy(StrategyBase):
                      "removed with a within-arm trend before deciding")
         if plan.trials_per_arm is not None and plan.trials_per_arm > 30:
             w.append(f"noisy arms (CV good {plan.cv_good:.1%}, bad {plan.cv_bad:.1%}): {plan.text}")
-        if (math.isfinite(plan.cv_good) and math.isfinite(plan.cv_bad) and min(plan.cv_good, plan.cv_bad) > 0
-                and max(plan.cv_good, plan.cv_bad) / min(plan.cv_good, plan.cv_bad) > 3):
+        refs = {self.good: list(self._arm_values(obs, y, self.good)), self.bad: list(self._arm_values(obs, y, self.bad))}
+        if self._heteroscedastic(refs):
             w.append(f"the good and bad arms have very different noise (CV {plan.cv_good:.1%} vs "
                      f"{plan.cv_bad:.1%}); compared without assuming equal variances")
         for arm, label in ((self.good, "good"), (self.bad, "bad")):
@@ -595,6 +596,28 @@ class AttributionStrategy(StrategyBase):
         return w
 
     # ------------------------------------------------------------------ progress
+    def estimated_total(self) -> int:
+        """Rough total number of trials this campaign will take, for progress display: what the
+        good-vs-bad gate still needs at the noise seen so far, plus about two trials per remaining
+        bit of uncertainty about the culprits (more when the effect is small against the noise)."""
+        if self.done:
+            return self.trials
+        st_ = self._state
+        gate = st_.get("gate")
+        post = st_.get("posterior")
+        if gate is None or post is None:
+            return min(self.max_trials, self.trials + 4 + 3 * math.ceil(math.log2(len(self.factors) + 1)))
+        lv = post.levels
+        snr = abs(lv.mu_bad - lv.mu_good) / max(lv.sd_good, lv.sd_bad, 1e-9)
+        per_bit = float(np.clip(4.0 / max(snr, 0.2) ** 2, 1.0, 40.0))
+        w = post.weights
+        entropy_bits = float(-(w[w > 0] * np.log2(w[w > 0])).sum())
+        more = per_bit * (entropy_bits + 2)
+        if gate.decision == "continue":
+            more += 10
+        return int(min(self.max_trials, self.trials + math.ceil(more)))
+
+
     def progress(self) -> dict:
         """A small JSON-able snapshot for progress display: trials, gate, leading candidates."""
         st_ = self._state
