@@ -286,3 +286,15 @@ def test_linear_drift_does_not_mislead():
 
     v = bisect_sequence(500, measure, seed=0)
     assert (v.status, v.index) == ("culprit", 250)
+
+
+def test_noiseless_benchmark_is_plain_bisection():
+    calls = []
+
+    def measure(i):
+        calls.append(i)
+        return 90.0 if i >= 417 else 100.0  # a deterministic (or quantised) metric
+
+    v = bisect_sequence(1000, measure, seed=0)
+    assert (v.status, v.index) == ("culprit", 417)
+    assert v.trials <= 20
