@@ -75,6 +75,9 @@ SCENARIOS = (
 )
 
 
+NOISE = "h200"  # or "normal" (--noise): Gaussian noise of the same CV, for comparison
+
+
 class World:
     """The simulated history of one repetition: truth, untestable set, noise, drift, trial count."""
 
@@ -93,6 +96,8 @@ class World:
             return None
         level = 100.0 * (1 - self.sc.step) if (self.sc.step and i >= self.change) else 100.0
         drift = 1.0 + self.sc.drift_per_trial * self.calls
+        if NOISE == "normal":
+            return level * drift * max(1.0 + CV * self.rng.standard_normal(), 0.05)
         return level * drift * h200_noise(self.rng, CV)
 
     def acceptable_range(self, lo: int, hi: int) -> bool:
@@ -143,8 +148,11 @@ def _classic(world: World, repeats: int, min_effect: float) -> tuple[str, int | 
     return "culprit", hi, None
 
 
-def run_one(args: tuple[int, int, str]) -> tuple[int, str, bool, int, str]:
-    si, rep, method = args
+def run_one(args: tuple) -> tuple[int, str, bool, int, str]:
+    si, rep, method = args[:3]
+    global NOISE
+    if len(args) > 3:
+        NOISE = args[3]
     sc = SCENARIOS[si]
     world = World(sc, rep, si)
     if method == "noisy":
@@ -171,12 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="60 repetitions per scenario")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per scenario (default 1000)")
+    ap.add_argument("--noise", choices=("h200", "normal"), default="h200",
+                    help="noise shape at CV 3%% (default: the measured H200 eager shape)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     a = ap.parse_args(argv)
     reps = a.reps or (60 if a.quick else 1000)
     t0 = time.time()
     work = [
-        (si, r, m)
+        (si, r, m, a.noise)
         for si, sc in enumerate(SCENARIOS)
         for m in METHODS
         for r in range(max(1, int(round(reps * sc.reps_share))))
@@ -185,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=a.jobs) as ex:
         for si, m, ok, trials, status in ex.map(run_one, work, chunksize=20):
             results.setdefault((si, m), []).append((ok, trials, status))
-    print(f"noisy bisection benchmark: {N} candidates, CV {CV:.0%} (H200 eager noise shape), "
+    shape = "H200 eager noise shape" if a.noise == "h200" else "normal noise"
+    print(f"noisy bisection benchmark: {N} candidates, CV {CV:.0%} ({shape}), "
           f"{reps} repetitions per scenario and method (x reps_share for slow scenarios: see n)")
     print(f"{'scenario':32s} {'method':11s} {'n':>5s} {'accuracy':>8s} {'mean':>6s} {'p95':>5s}  outcomes")
     for si, sc in enumerate(SCENARIOS):
