@@ -274,8 +274,14 @@ class BisectionStrategy:
 
     @property
     def posterior(self) -> np.ndarray | None:
-        """Copy of P(change position = i) for i in 0..n-1, or None before the confirm step ends."""
+        """Copy of P(change position = i) for i in 0..n-1, or None before the confirm step ends.
+        Sums to 1 - ``p_no_regression``."""
         return None if self._post is None else self._post.copy()
+
+    @property
+    def p_no_regression(self) -> float:
+        """Posterior probability of no regression of ``min_effect`` or more (0 before bisecting)."""
+        return self._p_null
 
     def ask(self) -> list[int]:
         """Next positions to measure (at most ``parallel`` outstanding); [] only when done."""
