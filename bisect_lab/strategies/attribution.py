@@ -58,7 +58,7 @@ class AttributionStrategy(StrategyBase):
                  reference_every: int = 8, confirm_repeats: int = 1, batch_size: int = 1,
                  n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
-                 family_prior=None, search_per_reference: int = 1):
+                 family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -72,6 +72,7 @@ class AttributionStrategy(StrategyBase):
         self.n_random_candidates = int(n_random_candidates)
         self.drift_alpha = float(drift_alpha)
         self.search_per_reference = max(1, int(search_per_reference))
+        self.confirm_bonus = float(confirm_bonus)
         self.set_probability = float(set_probability)
         self.miss_probability = float(miss_probability)
         self.index = {f: k for k, f in enumerate(self.factors)}
@@ -221,7 +222,16 @@ class AttributionStrategy(StrategyBase):
                 continue
             cand = self._candidates(post, exclude=batch)
             mi = post.expected_information(cand)
-            best = int(np.argmax(mi))
+            # among nearly equally informative arms prefer a confirmation arm of a likely single
+            # culprit (f alone, or all but f): it is measured at the end anyway
+            size = cand.sum(1)
+            marg = post.factor_marginals()
+            conf = np.zeros(len(cand))
+            one = size == 1
+            conf[one] = (cand[one] * marg).sum(1)
+            allbut = size == len(self.factors) - 1
+            conf[allbut] = ((~cand[allbut]) * marg).sum(1)
+            best = int(np.argmax(mi * (1 + self.confirm_bonus * conf)))
             arm = frozenset(self.factors[f] for f in np.flatnonzero(cand[best]))
             batch.append(arm)
             self._since_reference += 1
