@@ -57,3 +57,19 @@ def test_host_down_is_exit_4_and_keeps_stored_results(tmp_path, sshd):
     n = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite").execute(
         "SELECT COUNT(*) FROM trials WHERE status='ok'").fetchone()[0]
     assert n == 2
+
+
+def test_two_hosts_run_in_parallel_and_are_compared_within_each(tmp_path, sshd):
+    # Two "GPU boxes": the same sshd reached as user@host and through its ssh_config alias.
+    exp = make_toy(tmp_path, extra_toml=ssh_toml(sshd, tmp_path / "remote", targets=[sshd.target, sshd.alias]))
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--patches", "all-minus slow", "--repeat", "2", "--json",
+            env=sshd.env())
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert len(res["hosts"]) == 2
+    # Every host measured every arm; comparisons are per host, never across hosts.
+    assert {a["arm"]: a["n"] for a in res["arms"]} == {"all": 4, "all-minus slow": 4}
+    assert sorted(c["host"] for c in res["comparisons"]) == sorted(res["hosts"])
+    rows = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite").execute(
+        "SELECT host, arm, COUNT(*) FROM trials GROUP BY host, arm").fetchall()
+    assert len(rows) == 4 and all(n == 2 for _, _, n in rows)
