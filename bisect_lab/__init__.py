@@ -10,16 +10,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["attribute_factors", "bisect_sequence", "load", "__version__"]
+__all__ = ["attribute_factors", "bisect_sequence", "BisectVerdict", "load", "__version__"]
 
 
 def __getattr__(name):
     if name == "attribute_factors":
         from .strategies.attribution import attribute_factors
         return attribute_factors
-    if name == "bisect_sequence":
-        from .strategies.bisection import bisect_sequence
-        return bisect_sequence
+    if name in ("bisect_sequence", "BisectVerdict"):
+        from .strategies import bisection
+        return getattr(bisection, name)
     if name == "load":
         from .store import load
         return load
