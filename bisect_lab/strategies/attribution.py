@@ -251,10 +251,10 @@ class AttributionStrategy(StrategyBase):
         return out
 
     def _significant(self, obs, y, best_set) -> bool:
-        """Frequentist guard against naming a noise partner. For a pair, in a log-linear model of
-        all measurements (heteroscedasticity-robust HC3 errors), each member's main effect and the
-        interaction must jointly differ from zero (Wald test) at level alpha / (number of factors)
-        (Bonferroni: the partner was picked among all of them)."""
+        """Frequentist guard against naming noise. In a log-linear model of all measurements
+        (heteroscedasticity-robust HC3 errors): one culprit's main effect, or for a pair each
+        member's main effect and the interaction jointly (Wald test), must differ from zero at
+        level alpha / (number of factors) (Bonferroni: the search looked at all of them)."""
         import statsmodels.api as sm
 
         names = [self.factors[k] for k in best_set]
@@ -263,10 +263,19 @@ class AttributionStrategy(StrategyBase):
         yy = np.asarray(y, dtype=float)
         try:
             if len(cols) == 1:
-                # one culprit: the good-vs-bad gate and the confirmation arms already test it, and
-                # with a noisy bad level (14% CV) a mean-difference test would waste the
-                # information in how tight the good level is
-                return True
+                # one culprit: its main effect at alpha / N. Skipped when the references show
+                # unequal noise: with a noisy bad level (14% CV) a mean-difference test would waste
+                # the information in how tight the good level is (the gate and the confirmation
+                # arms still apply there)
+                refs = {self.good: list(self._arm_values(obs, y, self.good)),
+                        self.bad: list(self._arm_values(obs, y, self.bad))}
+                if self._heteroscedastic(refs):
+                    return True
+                D = np.column_stack([np.ones(len(yy)), cols[0]])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fit = sm.OLS(yy, D).fit(cov_type="HC3")
+                return bool(fit.pvalues[1] < level)
             D = np.column_stack([np.ones(len(yy)), cols[0], cols[1], cols[0] * cols[1]])
             if np.linalg.matrix_rank(D) < 4:
                 return False
