@@ -33,7 +33,7 @@ from .. import stats
 from ..verdicts import (AttributionVerdict, ConfirmationCheck, FactorEffect, Interaction,
                         PlanEstimate, RatioEstimate)
 from .base import Observation, StrategyBase, drive
-from .hypotheses import ADD, AND, FAMILY_NAMES, OR, SINGLE, HypothesisSpace, Levels, posterior
+from .hypotheses import AND, FAMILY_NAMES, OR, HypothesisSpace, posterior
 
 
 class AttributionStrategy(StrategyBase):

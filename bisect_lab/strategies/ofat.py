@@ -10,7 +10,6 @@ so the simulation benchmark can show, in the same run, what the adaptive attribu
 """
 from __future__ import annotations
 
-import numpy as np
 
 from .. import stats
 from ..verdicts import AttributionVerdict, FactorEffect, RatioEstimate
