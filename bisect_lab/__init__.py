@@ -15,8 +15,9 @@ __all__ = ["attribute_factors", "bisect_sequence", "BisectVerdict", "load", "__v
 
 def __getattr__(name):
     if name == "attribute_factors":
-        from .strategies.attribution import attribute_factors
-        return attribute_factors
+        # The CLI's `attribute` runs this same strategy (StagedAttribution) on real trials.
+        from .strategies.staged import attribute_staged
+        return attribute_staged
     if name in ("bisect_sequence", "BisectVerdict"):
         from .strategies import bisection
         return getattr(bisection, name)

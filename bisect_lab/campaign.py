@@ -186,7 +186,7 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
 def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | bool | None = None,
               max_trials: int | None = None) -> dict:
     """Find which factors (patches, env vars) explain the difference between two arms."""
-    from .strategies.attribution import AttributionStrategy
+    from .strategies.staged import StagedAttribution
     from .summaries import attribution_summary
     exp = session.experiment
     good = parse_arm(good_spec, exp.patchset)
@@ -203,8 +203,8 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
 
     def go():
         preflight(session, [good, bad])
-        strategy = AttributionStrategy(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
-                                       max_trials=budget, min_effect=d.min_effect, alpha=d.alpha)
+        strategy = StagedAttribution(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
+                                     max_trials=budget, min_effect=d.min_effect, alpha=d.alpha)
         ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
         if session.on_plan:
             session.on_plan(budget)

@@ -1,0 +1,254 @@
+"""Attribution in stages: name what explains most of the regression, then attribute what is left.
+
+:class:`~bisect_lab.strategies.attribution.AttributionStrategy` searches hypotheses of one culprit
+or one pair. A regression made of a single culprit *plus* an interaction (the story: a patch that
+knocks verify off its fast path, and an env-gated patch that only hurts with its variable set) is
+then explained by its largest part alone. This wrapper checks, once a stage has named culprits C,
+whether "good plus C" is really as bad as "bad". If it is not (a residual regression remains),
+a new stage attributes the residual among the remaining factors, with "good plus C" as its good
+arm, seeded with every measurement already made inside its space. The answer is the union of the
+stages' culprits, with shares of the whole regression.
+
+Pure and seeded like every strategy: every decision is a function of the told observations, so a
+campaign resumes by replaying them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable, Iterable
+
+import numpy as np
+
+from ..stats import compare
+from ..verdicts import AttributionVerdict
+from .attribution import AttributionStrategy
+from .base import Observation, drive
+
+RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
+RESIDUAL_MAX = 8          # ... and at most, while the comparison stays undecided
+STAGE_SHARE = 0.6         # of the budget left, what a stage may use when another stage may follow
+SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
+
+
+class StagedAttribution:
+    """Ask/tell attribution that peels culprits off stage by stage (see module docstring)."""
+
+    name = "staged-attribution"
+
+    def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
+                 max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
+                 max_stages: int = 3, **kw):
+        self.factors = tuple(factors)
+        self.higher_is_better = higher_is_better
+        self.seed = seed
+        self.max_trials = int(max_trials)
+        self.min_effect = float(min_effect)
+        self.alpha = float(alpha)
+        self.max_stages = max(1, int(max_stages))
+        self.kw = kw
+        self.observations: list[Observation] = []
+        self.stages: list[tuple[frozenset[str], AttributionStrategy]] = []
+        self.verdicts: list[AttributionVerdict] = []
+        self.notes: list[str] = []
+        self._pending: list[frozenset[str]] = []
+        self._final: AttributionVerdict | None = None
+        self._start(frozenset())
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def trials(self) -> int:
+        return len(self.observations)
+
+    @property
+    def done(self) -> bool:
+        return self._final is not None
+
+    def ask(self) -> list[frozenset[str]]:
+        if self._pending:
+            return list(self._pending)
+        while self._final is None:
+            base, stage = self.stages[-1]
+            if not stage.done:
+                batch = stage.ask()
+                if batch:
+                    self._pending = [base | a for a in batch]
+                    return list(self._pending)
+                continue               # the stage just finished: decide what comes next
+            extra = self._after_stage()
+            if extra:
+                self._pending = extra
+                return list(extra)
+        return []
+
+    def tell(self, active, value: float | None) -> None:
+        active = frozenset(active)
+        if active in self._pending:
+            self._pending.remove(active)
+        if value is not None and (not np.isfinite(value) or value <= 0):
+            value = None
+        self.observations.append(Observation(len(self.observations), active, value))
+        base, stage = self.stages[-1]
+        if active >= base and not stage.done:
+            stage.tell(active - base, value)
+
+    def verdict(self) -> AttributionVerdict:
+        if self._final is not None:
+            return self._final
+        # Asked before the end (progress display): the current best combination, provisional.
+        return self._combine(provisional=True)
+
+    def estimated_total(self) -> int:
+        base, stage = self.stages[-1]
+        est = getattr(stage, "estimated_total", None)
+        inside = stage.trials
+        return self.trials - inside + (est() if callable(est) else stage.max_trials)
+
+    # ------------------------------------------------------------------ stages
+    def _start(self, base: frozenset[str]) -> None:
+        remaining = [f for f in self.factors if f not in base]
+        left = self.max_trials - self.trials
+        # A stage that cannot settle must leave room for the next one.
+        last = len(self.stages) + 1 >= self.max_stages
+        budget = left if last else max(1, math.ceil(STAGE_SHARE * left))
+        seeded = [o for o in self.observations if o.active >= base]
+        stage = AttributionStrategy(remaining, higher_is_better=self.higher_is_better,
+                                    seed=self.seed + 7919 * len(self.stages),
+                                    max_trials=budget + len(seeded), min_effect=self.min_effect,
+                                    alpha=self.alpha, **self.kw)
+        for o in seeded:                        # what was measured inside this stage's space counts
+            stage.tell(o.active - base, o.value)
+        self.stages.append((base, stage))
+
+    def _named(self, v: AttributionVerdict) -> list[str]:
+        """What a stage names: its culprits, or, when it ran out of budget, the factors it is sure of."""
+        if v.status == "culprits":
+            return list(v.culprits)
+        if v.status == "inconclusive":
+            return sorted(f for f, p in v.candidates if p >= SURE)
+        return []
+
+    def _values(self, arm: frozenset[str]) -> list[float]:
+        return [o.value for o in self.observations if o.ok and o.active == arm]
+
+    def _after_stage(self) -> list[frozenset[str]]:
+        """The current stage is done: finish, measure the residual check, or start a new stage."""
+        base, stage = self.stages[-1]
+        if len(self.verdicts) < len(self.stages):
+            self.verdicts.append(stage.verdict())
+        v = self.verdicts[-1]
+        stage_named = self._named(v)
+        if not stage_named or len(self.stages) >= self.max_stages:
+            if len(self.stages) > 1 and v.status == "inconclusive":
+                self.notes.append("a residual regression could not be attributed within the budget")
+            self._final = self._combine()
+            return []
+        named = base | frozenset(stage_named)
+        if named == frozenset(self.factors):
+            self._final = self._combine()
+            return []
+        bad = frozenset(self.factors)
+        g, b = self._values(named), self._values(bad)
+        if self.max_trials - self.trials <= 0:
+            self._final = self._combine()
+            return []
+        if not self._suspicious(g, b):
+            self._final = self._combine()
+            return []
+        if len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS:
+            want = [named] * max(0, RESIDUAL_REPEATS - len(g)) + [bad] * max(0, RESIDUAL_REPEATS - len(b))
+            # alternate the two arms so that drift cannot masquerade as a residual
+            order = [a for pair in zip([named] * 3, [bad] * 3) for a in pair]
+            batch = [a for a in order if a in want]
+            return batch[: max(1, min(2, self.max_trials - self.trials))]
+        c = compare(g, b, higher_is_better=self.higher_is_better, min_effect=self.min_effect, alpha=self.alpha)
+        if (c.verdict != "same" and c.p_value < 0.2 and min(len(g), len(b)) < RESIDUAL_MAX
+                and self.max_trials - self.trials >= 2):
+            return [named, bad]           # a hint of a residual: look closer before deciding
+        # A new stage costs a whole good-vs-bad confirmation: start one only when the residual's
+        # interval lies beyond the minimum effect, not merely beyond 1.
+        bound = c.ci_high if self.higher_is_better else 1 / c.ci_low
+        if c.regression and bound < 1 - self.min_effect:
+            self.notes.append(f"after naming {', '.join(sorted(named))}, 'bad' was still "
+                              f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
+            self._start(named)
+            return []
+        self._final = self._combine()
+        return []
+
+    def _suspicious(self, g: list[float], b: list[float]) -> bool:
+        """Is "good plus culprits" possibly better than "bad" by a material amount?"""
+        if not g or not b:
+            return bool(b) and not g     # never measured: one look is cheap next to a wrong answer
+        r = float(np.median(b)) / float(np.median(g))
+        change = (1 - r) if self.higher_is_better else (r - 1)
+        if change <= self.min_effect:
+            return False
+        if len(g) >= RESIDUAL_REPEATS and len(b) >= RESIDUAL_REPEATS:
+            return True
+        return abs(math.log(r)) > max(self.min_effect, 2.0 * self._noise())
+
+    def _noise(self) -> float:
+        """Pooled log-scale spread of every arm measured more than once (the campaign's noise)."""
+        groups: dict[frozenset, list[float]] = {}
+        for o in self.observations:
+            if o.ok:
+                groups.setdefault(o.active, []).append(math.log(o.value))
+        ss = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in groups.values() if len(v) >= 2)
+        df = sum(len(v) - 1 for v in groups.values() if len(v) >= 2)
+        return math.sqrt(ss / df) if df else 0.0
+
+    # ------------------------------------------------------------------ answer
+    def _combine(self, provisional: bool = False) -> AttributionVerdict:
+        verdicts = list(self.verdicts)
+        if len(verdicts) < len(self.stages):          # the current stage has not finished yet
+            verdicts.append(self.stages[-1][1].verdict())
+        first = verdicts[0]
+        stage_named = [self._named(v) for v in verdicts]
+        if provisional or not stage_named[0] or (len(verdicts) == 1 and first.status == "culprits"):
+            return replace(first, trials=self.trials, warnings=tuple(first.warnings) + tuple(self.notes),
+                           strategy=self.name, factors=self.factors)
+        named = [v for v, n in zip(verdicts, stage_named) if n]
+        culprits = sorted({c for n in stage_named for c in n})
+        if any(v.status != "culprits" for v in named):
+            self.notes.append("named from a stage that ran out of budget before confirming; the residual "
+                              "check (good plus these vs bad) found nothing left to explain")
+        # Shares of the whole regression: stage k explains log R_k - log R_{k+1} of log R_1.
+        logs = [math.log(v.regression.ratio) if v.regression and v.regression.ratio > 0 else float("nan")
+                for v in named]
+        total = logs[0]
+        effects = []
+        for k, v in enumerate(named):
+            after = logs[k + 1] if k + 1 < len(logs) else 0.0
+            portion = (logs[k] - after) / total if total and math.isfinite(total) else float("nan")
+            for e in v.effects:
+                effects.append(replace(e, share=e.share * portion, share_low=e.share_low * portion,
+                                       share_high=e.share_high * portion))
+        candidates: dict[str, float] = {}
+        for v in named:
+            for name, p in v.candidates:
+                candidates[name] = max(candidates.get(name, 0.0), p)
+        for c in culprits:
+            candidates[c] = max(candidates.get(c, 0.0), 0.99)
+        warnings = tuple(w for v in verdicts for w in v.warnings)
+        extra = dict(first.extra)
+        extra["stages"] = [{"good_plus": sorted(base), "status": v.status, "culprits": v.culprits,
+                            "hypothesis": v.hypothesis,
+                            "regression": v.regression.to_dict() if v.regression else None}
+                           for (base, _), v in zip(self.stages, verdicts)]
+        return replace(
+            first, status="culprits", culprits=culprits, trials=self.trials, effects=tuple(effects),
+            interactions=tuple(i for v in named for i in v.interactions),
+            confirmation=tuple(c for v in named for c in v.confirmation),
+            confidence=float(np.prod([v.confidence for v in named])),
+            hypothesis=" + ".join(v.hypothesis for v in named),
+            candidates=tuple(sorted(candidates.items(), key=lambda kv: -kv[1])),
+            warnings=tuple(dict.fromkeys(warnings + tuple(self.notes))), strategy=self.name,
+            factors=self.factors, extra=extra)
+
+
+def attribute_staged(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,
+                     seed: int = 0, max_trials: int = 400, **kw) -> AttributionVerdict:
+    """:func:`~bisect_lab.strategies.attribution.attribute_factors` with residual stages."""
+    return drive(StagedAttribution(factors, higher_is_better=higher_is_better, seed=seed,
+                                   max_trials=max_trials, **kw), measure)
