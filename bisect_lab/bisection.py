@@ -43,7 +43,7 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         raise UsageError(f"{bad_ref} ({bad[:12]}) has no commits that {good_ref} ({good[:12]}) lacks: "
                          "is --good an ancestor of --bad?")
     candidates = len(trees.commits_between(good, bad))
-    budget = max_trials or d.max_trials
+    budget = d.max_trials if max_trials is None else max_trials
     params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed, "max_trials": budget,
               "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates}
     cid, _ = open_campaign(session, "bisect", params, resume)
@@ -105,6 +105,7 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             session.log(f"first bad commit on the main line is merge {culprit[:12]}: bisecting its side branch "
                         f"{base[:12]}..{side[:12]}")
             lo, hi = base, side
+        ex.require_measurements()          # nothing measurable anywhere: exit 4, not "inconclusive"
         status, sha, vd, rng_shas = answer
         flag_campaign(session, cid)
         out = dict(vd)

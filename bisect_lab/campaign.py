@@ -59,6 +59,8 @@ def open_campaign(session: Session, kind: str, params: dict, resume: str | bool 
             c = store.campaign(resume)
             if c.kind != kind:
                 raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
+        if c.experiment != _experiment_key(exp):
+            raise UsageError(f"campaign {c.id} belongs to {c.experiment}, not {_experiment_key(exp)}")
         if c.status == "done":
             raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`")
         mismatched = {k for k in set(params) | set(c.params) if params.get(k) != c.params.get(k)}
@@ -116,7 +118,7 @@ def _finish(session: Session, cid: str, run: Callable[[], dict]) -> dict:
     except KeyboardInterrupt:
         session.store.set_campaign_status(cid, "interrupted")
         raise
-    except BisectLabError:
+    except Exception:
         session.store.set_campaign_status(cid, "failed")
         raise
     finally:
@@ -153,7 +155,7 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
         a = parse_arm(s, exp.patchset)
         if a.spec not in [x.spec for x in arms]:
             arms.append(a)
-    repeat = repeat or exp.design.repeat
+    repeat = exp.design.repeat if repeat is None else repeat
     warmup = max(0, exp.benchmark.warmup)
     params = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "warmup": warmup}
     cid, resumed = open_campaign(session, "run", params, resume)
@@ -195,7 +197,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
     if not factors:
         raise UsageError(f"the good and bad arms are the same configuration ({good.spec!r}): nothing to attribute")
     d = exp.design
-    budget = max_trials or d.max_trials
+    budget = d.max_trials if max_trials is None else max_trials
     params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": budget,
               "min_effect": d.min_effect, "alpha": d.alpha}
     cid, resumed = open_campaign(session, "attribute", params, resume)

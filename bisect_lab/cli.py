@@ -17,6 +17,16 @@ from . import __version__
 from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, BisectLabError, UsageError
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {n}")
+    return n
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):          # one line, exit 2, like every other user error
         raise UsageError(f"{self.prog}: {message}")
@@ -102,7 +112,8 @@ class _Progress:
         v = r.metrics.get(self.metric)
         what = f"{v:.2f} {self.metric}" if r.ok and v is not None else f"{r.status.value}: {r.error[:120]}"
         if self.bar:
-            self.bar.update(self.task, advance=1, description=f"{r.arm[:40]}: {what[:60]}")
+            from rich.markup import escape
+            self.bar.update(self.task, advance=1, description=escape(f"{r.arm[:40]}: {what[:60]}"))
         elif not self.quiet:
             elapsed = time.monotonic() - self.t0
             eta = ""
@@ -113,7 +124,8 @@ class _Progress:
 
     def log(self, msg: str):
         if not self.quiet:
-            (self.bar.console if self.bar else self.err).print(f"[dim]{msg}[/]", highlight=False)
+            from rich.markup import escape
+            (self.bar.console if self.bar else self.err).print(f"[dim]{escape(msg)}[/]", highlight=False)
 
     def stop(self):
         if self.bar:
@@ -132,10 +144,16 @@ def _session(args, exp, *, quiet: bool):
 
 def _emit(args, result: dict, render) -> None:
     if args.json:
-        print(json.dumps(result, default=str))
+        print(_json(result))
     else:
         from rich.console import Console
         render(result, Console())
+
+
+def _json(obj) -> str:
+    """Strict JSON (NaN and infinities become null): any JSON parser must read --json output."""
+    from .store import dumps
+    return dumps(obj)
 
 
 def _resume_hint(session) -> str:
@@ -165,8 +183,10 @@ def cmd_run(args) -> int:
     exp = _experiment(args.experiment)
     if not specs:
         specs = ["all", "none"]
-    elif len(specs) == 1 and specs[0].split()[0] != "all":
-        specs = ["all", specs[0]]        # one arm alone compares against the full patch set
+    elif len(specs) == 1:
+        from .arms import parse_arm
+        if parse_arm(specs[0], exp.patchset).spec != "all":
+            specs = ["all", specs[0]]    # one arm alone compares against the full patch set
     res = _with_session(args, exp, lambda s: run_arms(s, specs, repeat=args.repeat, resume=args.resume))
     _emit(args, res, run_result)
     return EXIT_OK
@@ -351,7 +371,7 @@ def cmd_sweep(args) -> int:
         with Store(_results(args)) as st:
             res["report"] = str(write_report(st, res["sweep"], fmt="html"))
     if args.json:
-        print(json.dumps(res, default=str))
+        print(_json(res))
     else:
         from rich.console import Console
         render_sweep(res, Console())
@@ -379,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     r.add_argument("--patches", action="append", nargs="+", metavar="ARM",
                    help="arm spec, e.g. all-minus topk NCCL_PROTO=LL (repeat the option for more arms)")
-    r.add_argument("--repeat", type=int, help="trials per arm (default [design] repeat)")
+    r.add_argument("--repeat", type=_positive_int, help="trials per arm (default [design] repeat)")
     r.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN", help="continue an interrupted campaign")
     r.set_defaults(func=cmd_run)
 
@@ -387,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(a)
     a.add_argument("--good", required=True, nargs="+", metavar="ARM")
     a.add_argument("--bad", required=True, nargs="+", metavar="ARM")
-    a.add_argument("--max-trials", type=int, help="budget (default [design] max_trials)")
+    a.add_argument("--max-trials", type=_positive_int, help="budget (default [design] max_trials)")
     a.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
     a.set_defaults(func=cmd_attribute)
 
@@ -396,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--good", required=True, metavar="REF")
     b.add_argument("--bad", required=True, metavar="REF")
     b.add_argument("--patches", nargs="+", metavar="ARM", help="patches applied on every commit (default none)")
-    b.add_argument("--max-trials", type=int)
+    b.add_argument("--max-trials", type=_positive_int)
     b.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
     b.set_defaults(func=cmd_bisect)
 
@@ -421,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--max-trees", type=int, default=None)
     cp.add_argument("--max-bytes", type=int, default=None)
     cp.add_argument("--all", action="store_true", help="remove every cached tree")
+    cp.add_argument("--json", action="store_true")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_cache, action="show")
 
@@ -453,9 +474,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate_as_interrupt(signum, frame):
+    # SIGTERM/SIGHUP (a cancelled CI job, a closed SSH session) take the same path as Ctrl-C:
+    # the benchmark's process tree is killed and the campaign is marked resumable.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
     argv = sys.argv[1:] if argv is None else argv
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, _terminate_as_interrupt)
+        except (ValueError, OSError):      # not the main thread (e.g. called from a library)
+            pass
     debug = "--debug" in argv or bool(os.environ.get("BISECT_LAB_DEBUG"))
+    argv = [a for a in argv if a != "--debug"]      # accepted anywhere on the line
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "func", None):

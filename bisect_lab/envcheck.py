@@ -44,9 +44,11 @@ def _short(cmd: str) -> str:
 
 
 def _show(var: str, value: str | None) -> str:
+    # One rule set for every stored or printed value: the fingerprint's.
+    from .fingerprint import REDACTED, is_secret_name, redact_value
     if value is None:
         return "<unset>"
-    return "<redacted>" if _SECRET.search(var) else value
+    return REDACTED if is_secret_name(var) else redact_value(value)
 
 
 # --------------------------------------------------------------------------- results
@@ -77,7 +79,10 @@ class EnvVarCheck:
         return f"{self.var}={_show(self.var, self.expected)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"var": self.var, "expected": self.expected, "matched": self.matched, "total": self.total, "missing_pids": list(self.missing_pids)}
+        # Stored and shown: a secret's value never leaves the benchmark's host.
+        expected = None if self.expected is None else _show(self.var, self.expected)
+        return {"var": self.var, "expected": expected, "matched": self.matched, "total": self.total,
+                "missing_pids": list(self.missing_pids)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EnvVarCheck":

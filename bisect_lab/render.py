@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -21,7 +22,7 @@ def run_result(res: dict, console: Console) -> None:
         t.add_column(col, justify="left" if col == "arm" else "right")
     for a in res["arms"]:
         ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
-        t.add_row(a["arm"], str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
+        t.add_row(escape(a["arm"]), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
                   "-" if a.get("cv") is None else f"{a['cv'] * 100:.1f}%", ci,
                   str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))
     console.print(t)
@@ -38,7 +39,7 @@ def run_result(res: dict, console: Console) -> None:
                 verdict = "[green]different (improvement)[/]"
             elif verdict == "unknown" and r.get("plan_per_arm"):
                 verdict += f" (about {r['plan_per_arm']} trials per arm would resolve it)"
-            c.add_row(r["a"], r["b"], r["host"], _pct(r.get("ratio")), ci, verdict)
+            c.add_row(escape(r["a"]), escape(r["b"]), escape(r["host"]), _pct(r.get("ratio")), ci, verdict)
         console.print(c)
     _warnings(res, console)
 
@@ -51,19 +52,19 @@ def _warnings(res: dict, console: Console) -> None:
             t.add_column(col)
         for v in env:
             style = "" if v["matched"] == v["total"] else "[yellow]"
-            t.add_row(v["var"], "(unset)" if v.get("expected") is None else str(v["expected"]),
+            t.add_row(escape(v["var"]), "(unset)" if v.get("expected") is None else escape(str(v["expected"])),
                       f"{style}{v['matched']} of {v['total']} processes",
                       f"{v.get('trials_incomplete', 0)} of {v.get('trials', 0)} trials incomplete, "
                       f"{len(v.get('arms', []))} arm(s)")
         console.print(t)
     for w in res.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(str(w))}")
 
 
 def attribution_result(res: dict, console: Console) -> None:
     status = res["status"]
     color = {"culprits": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
-    console.print(f"[{color}]{status}[/]: good = {res['good']!r}, bad = {res['bad']!r}, "
+    console.print(f"[{color}]{status}[/]: good = {escape(repr(res['good']))}, bad = {escape(repr(res['bad']))}, "
                   f"metric {res['metric']}, {res['trials']} trials (campaign {res['campaign']})")
     reg = res.get("regression")
     if isinstance(reg, dict) and reg.get("ratio") is not None:
@@ -81,7 +82,7 @@ def attribution_result(res: dict, console: Console) -> None:
                 share_txt = f"{share * 100:.0f}% [{e['share_low'] * 100:.0f}% .. {e['share_high'] * 100:.0f}%]"
             else:
                 share_txt = "-" if share is None else f"{share * 100:.0f}%"
-            t.add_row(str(e.get("name") or e.get("factor")), str(e.get("kind", "main")), _pct(eff.get("ratio")),
+            t.add_row(escape(str(e.get("name") or e.get("factor"))), str(e.get("kind", "main")), _pct(eff.get("ratio")),
                       f"{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}", share_txt)
         console.print(t)
     for it in res.get("interactions") or []:
@@ -108,7 +109,7 @@ def bisect_result(res: dict, console: Console) -> None:
     if res.get("commit"):
         console.print(f"first bad commit: {res['commit']}")
         if c:
-            console.print(f"  {c.get('subject', '')}\n  {c.get('author', '')}  {c.get('date', '')}")
+            console.print(f"  {escape(str(c.get('subject', '')))}\n  {escape(str(c.get('author', '')))}  {c.get('date', '')}")
         if res.get("posterior") is not None:
             console.print(f"  posterior mass on it: {res['posterior']:.3f}")
     for lv in (res.get("levels") or [])[:-1]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -17,9 +18,9 @@ def render_diff(res: dict, console: Console) -> None:
     for col in ("what", "A", "B"):
         t.add_column(col)
     for c in res["config"]:
-        t.add_row(c["what"], str(c["a"]), str(c["b"]))
+        t.add_row(escape(c["what"]), escape(str(c["a"])), escape(str(c["b"])))
     for c in res["fingerprint"]:
-        t.add_row(c["path"], str(c["a"]), str(c["b"]))
+        t.add_row(escape(c["path"]), escape(str(c["a"])), escape(str(c["b"])))
     if res["config"] or res["fingerprint"]:
         console.print(t)
     else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import BisectLabError, HostError, PatchError
+from .fingerprint import redact_value
 from .hosts.base import Host
 from .model import Arm, Experiment, TrialResult, TrialStatus
 
@@ -99,7 +100,7 @@ class HostWorker:
         def fail(status: TrialStatus, error: str, extra: dict | None = None) -> TrialOutcome:
             return TrialOutcome(TrialResult(
                 campaign=campaign, trial=index, arm=arm.spec, status=status, host=self.host.name,
-                started=started, duration_s=time.monotonic() - t0, error=error, commit=commit,
+                started=started, duration_s=time.monotonic() - t0, error=redact_value(error), commit=commit,
                 tree_hash=tree_hash, tag=spec.tag), extra or {})
 
         try:
@@ -157,7 +158,7 @@ class HostWorker:
                         pass     # a missed sample is not a failed trial
                     if time.monotonic() > deadline:
                         killed = proc.kill_tree()
-                        extra["killed"] = [vars(k) for k in killed]
+                        extra["killed"] = [{"pid": k.pid, "cmdline": redact_value(k.cmdline)} for k in killed]
                         timed_out = True
                         break
                     rc = proc.wait(next(waits, _ENV_SAMPLE_S))
@@ -167,6 +168,14 @@ class HostWorker:
                 proc.kill_tree()      # Ctrl-C: never leave workers holding the GPU
                 raise
             bench_s = time.monotonic() - bench_t0
+            if not timed_out:
+                # Children the benchmark left running in its session (a server started with `&`)
+                # would hold the GPU into the next trial: they are ours, so they go now.
+                leftovers = [k for k in proc.kill_tree() if k.pid != proc.pid]
+                if leftovers:
+                    extra["killed_after"] = [{"pid": k.pid, "cmdline": redact_value(k.cmdline)} for k in leftovers]
+                    self.log(f"{self.host.name}: killed {len(leftovers)} process(es) the benchmark left running: "
+                             + ", ".join(f"{k.pid} ({redact_value(k.cmdline)[:60]})" for k in leftovers[:3]))
             self._prune_owned()
             stdout, stderr = proc.output()
             close = getattr(proc, "close", None)
@@ -174,8 +183,8 @@ class HostWorker:
                 close()           # captured output lives in temp files (remote ones too)
             extra["benchmark_s"] = bench_s
             env_report = sampler.report()
-            extra["stdout_tail"] = _tail(stdout, 40)
-            extra["stderr_tail"] = _tail(stderr, 40)
+            extra["stdout_tail"] = redact_value(_tail(stdout, 40))
+            extra["stderr_tail"] = redact_value(_tail(stderr, 40))
             er = env_report.to_dict()
             if timed_out:
                 o = fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s: "
@@ -192,7 +201,9 @@ class HostWorker:
                                 files=None if self.host.is_local else self._result_files(out_dir),
                                 patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric)
             except ParseError as e:
-                o = fail(TrialStatus.PARSE_ERROR, f"{e}", extra)
+                # The benchmark's own words: what it printed instead of a result.
+                said = _one_line(stdout) or _one_line(stderr) or "(no output)"
+                o = fail(TrialStatus.PARSE_ERROR, f"{e}; the benchmark printed: {said}", extra)
                 return TrialOutcome(_replace(o.result, env_report=er), extra)
 
             gpu_after = None

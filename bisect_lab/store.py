@@ -114,7 +114,10 @@ class Store:
             raise StoreError(f"no results database at {self.path}")
         if self.dir.exists() and not self.dir.is_dir():
             raise ConfigError(self.dir, None, "results path exists and is not a folder")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(self.dir, None, f"cannot create the results folder: {e.strerror or e}") from None
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)

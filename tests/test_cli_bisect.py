@@ -114,3 +114,10 @@ def test_bisect_usage_errors(tmp_path):
     assert "same commit" in one_line_error(cli(tmp_path, "bisect", exp, "--good", "main", "--bad", "main"), 2)
     assert "unknown" in one_line_error(cli(tmp_path, "bisect", exp, "--good", "nope", "--bad", "main"), 2).lower()
     assert "is --good an ancestor" in one_line_error(cli(tmp_path, "bisect", exp, "--good", "main", "--bad", good), 2)
+
+
+def test_bisect_with_a_benchmark_that_never_runs_is_exit_4(tmp_path):
+    repo, good, shas, exp = repo_with_history(tmp_path, n=4)
+    exp.write_text(exp.read_text().replace('command = "python3 bench.py"', 'command = "echo boom >&2; exit 3"'))
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--json")
+    assert p.returncode == 4 and "boom" in p.stderr, (p.returncode, p.stderr)

@@ -161,3 +161,69 @@ def test_unquoted_arm_specs_as_the_card_shows(tmp_path, toy):
     p = cli(tmp_path, "run", "--patches", "all-minus", "slow", "NCCL_PROTO=LL", toy, "--repeat", "2", "--json")
     assert p.returncode == 0, p.stderr
     assert [a["arm"] for a in json.loads(p.stdout)["arms"]] == ["all", "all-minus slow NCCL_PROTO=LL"]
+
+
+def test_secrets_never_reach_the_results_or_the_output(tmp_path):
+    exp = make_toy(tmp_path, extra_toml='[env]\nHF_TOKEN = "hf_abc123secretvalue"\nMY_PASSWORD = "hunter2-xyz"\n')
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    raw = (tmp_path / "res" / "bisect-lab.sqlite").read_bytes()
+    for wal in (tmp_path / "res").glob("*-wal"):
+        raw += wal.read_bytes()
+    for secret in ("hf_abc123secretvalue", "hunter2-xyz"):
+        assert secret.encode() not in raw
+        assert secret not in p.stdout and secret not in p.stderr
+    human = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1")
+    assert "hf_abc123secretvalue" not in human.stdout + human.stderr
+
+
+def test_children_left_running_by_the_benchmark_are_killed(tmp_path):
+    import psutil
+    exp = make_toy(tmp_path, bench_command="(sleep 97 &) ; python3 bench.py")
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "2")
+    assert p.returncode == 0, p.stderr
+    time.sleep(0.3)
+    assert not [q for q in psutil.process_iter(["cmdline"]) if q.info["cmdline"] == ["sleep", "97"]]
+
+
+def test_sigterm_kills_the_benchmark_and_leaves_a_resumable_campaign(tmp_path):
+    import psutil
+    exp = make_toy(tmp_path, timeout_s=60, extra_toml='[env]\nTOY_HANG = "1"\n')
+    cmd = [sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+           str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not [q for q in psutil.process_iter(["cmdline"])
+                                          if "time.sleep(600)" in " ".join(q.info["cmdline"] or [])]:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "--resume" in err, err
+    time.sleep(0.3)
+    assert not [q for q in psutil.process_iter(["cmdline"]) if "time.sleep(600)" in " ".join(q.info["cmdline"] or [])]
+    status = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite").execute(
+        "SELECT status FROM campaigns").fetchone()[0]
+    assert status == "interrupted"
+
+
+def test_markup_like_text_in_arm_specs_is_printed_verbatim(tmp_path, toy):
+    p = cli(tmp_path, "run", toy, "--patches", "none X=[/]", "--repeat", "1")
+    assert p.returncode == 0, p.stderr
+    assert "none X='[/]'" in p.stdout        # the canonical spec, shell-quoted
+
+
+def test_json_is_strict_and_budgets_must_be_positive(tmp_path, toy):
+    p = cli(tmp_path, "run", toy, "--patches", "all", "--repeat", "1", "--json")
+    assert p.returncode == 0 and "NaN" not in p.stdout
+    json.loads(p.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert "positive" in one_line_error(cli(tmp_path, "run", toy, "--repeat", "0"), 2)
+    assert "positive" in one_line_error(cli(tmp_path, "attribute", toy, "--good", "none", "--bad", "all",
+                                            "--max-trials", "-1"), 2)
+
+
+def test_resume_refuses_a_campaign_of_another_experiment(tmp_path, toy):
+    other = make_toy(tmp_path / "other")
+    first = json.loads(cli(tmp_path, "run", other, "--patches", "all", "--repeat", "1", "--json").stdout)
+    line = one_line_error(cli(tmp_path, "run", toy, "--patches", "all", "--repeat", "1", "--resume",
+                              first["campaign"]), 2)
+    assert "belongs to" in line

@@ -236,7 +236,11 @@ class LocalHost(Host):
         if self._cache is None:
             from ..paths import default_cache_dir
             self._cache = default_cache_dir()
-        self._cache.mkdir(parents=True, exist_ok=True)
+        try:
+            self._cache.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            from ..errors import ConfigError
+            raise ConfigError(self._cache, None, f"cannot create the cache folder: {e.strerror or e}") from None
         return str(self._cache.resolve())
 
 
