@@ -30,7 +30,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bisect_lab.strategies import LeaveOneOutStrategy, attribute_factors, drive  # noqa: E402
+from bisect_lab import attribute_factors  # noqa: E402  (the staged strategy the CLI runs)
+from bisect_lab.strategies import LeaveOneOutStrategy, drive  # noqa: E402
 
 # Normalised (value / arm median) samples of a batch-1 decode loop on one H200, one process launch
 # per sample (h200_decode_noise_2026-11-29.json).
@@ -82,6 +83,9 @@ SCENARIOS = [
     Scenario("sub", "sub-threshold 0.5% difference, CV 3%", (10,), (), subthreshold=0.005, target_mean=60),
     Scenario("sub1", "sub-threshold 0.5% difference, CV 1%", (10,), (), subthreshold=0.005, cv=0.01,
              target_mean=60, note="same at lower noise"),
+    Scenario("story", "the story: one culprit 25% + an AND pair 15% (patch x env var), CV 4%", (5, 10),
+             (0.25, 0.15, 0.0), kind="story", cv=0.04,
+             note="named in full = all three; needs the residual stage"),
     # robustness, no issue target: patterns and noise the method was not tuned on
     Scenario("or5", "OR pair, 5% when either is bad, CV 3%", (10,), (0.05, 0.05), kind="or"),
     Scenario("t5", "one culprit 5%, Student-t(3) noise, CV 3%", (10,), (0.05,), noise="t3"),
@@ -104,6 +108,10 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
         if sc.kind == "and":
             hit = all(on)
             return (logeff[0] if hit else 0.0), hit
+        if sc.kind == "story":
+            hit_pair = on[1] and on[2]
+            lv = (math.log1p(-sc.effects[0]) if on[0] else 0.0) + (math.log1p(-sc.effects[1]) if hit_pair else 0.0)
+            return lv, on[0] or hit_pair
         if sc.kind == "or":
             hit = any(on)
             return (math.log1p(-sc.effects[0]) if hit else 0.0), hit
