@@ -18,14 +18,6 @@ def _finite(x):
     return x if x == x and abs(x) != float("inf") else None
 
 
-def values_by(trials: list[TrialResult], metric: str, key=lambda t: t.arm) -> dict:
-    out: dict = defaultdict(list)
-    for t in trials:
-        if t.ok and _finite(t.metrics.get(metric)) is not None:
-            out[key(t)].append(float(t.metrics[metric]))
-    return out
-
-
 def failures_by_arm(trials: list[TrialResult]) -> dict[str, dict[str, int]]:
     out: dict = defaultdict(lambda: defaultdict(int))
     for t in trials:

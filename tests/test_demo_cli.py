@@ -22,7 +22,7 @@ def test_bundled_demo_run_with_no_experiment(tmp_path):
 
 def test_demo_attribution_finds_the_planted_causes(tmp_path):
     p = cli(tmp_path, "attribute", "--good", "none", "--bad", "all", "OEA_ENABLE=1", "--json",
-            "--max-trials", "70", timeout=900)
+            "--max-trials", "120", timeout=900)
     assert p.returncode in (0, 3), p.stderr
     res = json.loads(p.stdout)
     assert res["status"] == "culprits", res
