@@ -31,6 +31,18 @@ STAGE_SHARE = 0.6         # of the budget left, what a stage may use when anothe
 SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
 
 
+def _winsorized(values: list[float]) -> list[float]:
+    """Clip at median +- 2.5 robust sd on the log scale: one stalled trial must not hide a residual."""
+    if len(values) < 4:
+        return values
+    logs = np.log(values)
+    med = float(np.median(logs))
+    sd = 1.4826 * float(np.median(np.abs(logs - med)))
+    if sd <= 0:
+        return values
+    return [float(x) for x in np.exp(np.clip(logs, med - 2.5 * sd, med + 2.5 * sd))]
+
+
 class StagedAttribution:
     """Ask/tell attribution that peels culprits off stage by stage (see module docstring)."""
 
@@ -161,14 +173,16 @@ class StagedAttribution:
             order = [a for pair in zip([named] * 3, [bad] * 3) for a in pair]
             batch = [a for a in order if a in want]
             return batch[: max(1, min(2, self.max_trials - self.trials))]
-        c = compare(g, b, higher_is_better=self.higher_is_better, min_effect=self.min_effect, alpha=self.alpha)
+        c = compare(_winsorized(g), _winsorized(b), higher_is_better=self.higher_is_better,
+                    min_effect=self.min_effect, alpha=self.alpha)
         if (c.verdict != "same" and c.p_value < 0.2 and min(len(g), len(b)) < RESIDUAL_MAX
                 and self.max_trials - self.trials >= 2):
             return [named, bad]           # a hint of a residual: look closer before deciding
         # A new stage costs a whole good-vs-bad confirmation: start one only when the residual's
         # interval lies beyond the minimum effect, not merely beyond 1.
         bound = c.ci_high if self.higher_is_better else 1 / c.ci_low
-        if c.regression and bound < 1 - self.min_effect:
+        point = c.ratio if self.higher_is_better else 1 / c.ratio
+        if c.regression and (bound < 1 - self.min_effect or point < 1 - 2 * self.min_effect):
             self.notes.append(f"after naming {', '.join(sorted(named))}, 'bad' was still "
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
@@ -189,14 +203,18 @@ class StagedAttribution:
         return abs(math.log(r)) > max(self.min_effect, 2.0 * self._noise())
 
     def _noise(self) -> float:
-        """Pooled log-scale spread of every arm measured more than once (the campaign's noise)."""
+        """Robust log-scale spread of the arms measured more than once (the campaign's noise).
+
+        Median absolute deviations, not standard deviations: one stalled trial in a heavy tail
+        must not make a real residual look like noise.
+        """
         groups: dict[frozenset, list[float]] = {}
         for o in self.observations:
             if o.ok:
                 groups.setdefault(o.active, []).append(math.log(o.value))
-        ss = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in groups.values() if len(v) >= 2)
-        df = sum(len(v) - 1 for v in groups.values() if len(v) >= 2)
-        return math.sqrt(ss / df) if df else 0.0
+        mads = [1.4826 * float(np.median(np.abs(np.array(v) - np.median(v))))
+                for v in groups.values() if len(v) >= 3]
+        return float(np.median(mads)) if mads else 0.0
 
     # ------------------------------------------------------------------ answer
     def _combine(self, provisional: bool = False) -> AttributionVerdict:
