@@ -31,5 +31,8 @@ def test_demo_attribution_finds_the_planted_causes(tmp_path):
     # Never the no-op patch or the propagation patch (its vars are not set in this arm pair).
     assert not culprits & {"sm120-fixes", "nccl-env-propagation"}
     assert culprits <= {"mla-gather-cast", "oea-topk", "env:OEA_ENABLE"}
+    # The interaction half: named, or at least the leading suspect when the budget ran short.
+    likely = {name for name, p in res.get("candidates", []) if p >= 0.5} | culprits
+    assert likely & {"oea-topk", "env:OEA_ENABLE"}, res.get("candidates")
     by_var = {v["var"]: v for v in res["env_propagation"]["vars"]}
     assert by_var["OEA_ENABLE"]["matched"] == by_var["OEA_ENABLE"]["total"] > 0
