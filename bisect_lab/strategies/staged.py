@@ -182,7 +182,8 @@ class StagedAttribution:
         # interval lies beyond the minimum effect, not merely beyond 1.
         bound = c.ci_high if self.higher_is_better else 1 / c.ci_low
         point = c.ratio if self.higher_is_better else 1 / c.ratio
-        if c.regression and (bound < 1 - self.min_effect or point < 1 - 2 * self.min_effect):
+        looked = min(len(g), len(b)) >= RESIDUAL_MAX
+        if c.regression and (bound < 1 - self.min_effect or (looked and point < 1 - 2 * self.min_effect)):
             self.notes.append(f"after naming {', '.join(sorted(named))}, 'bad' was still "
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
