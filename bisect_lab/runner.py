@@ -186,6 +186,13 @@ class HostWorker:
             extra["stdout_tail"] = redact_value(_tail(stdout, 40))
             extra["stderr_tail"] = redact_value(_tail(stderr, 40))
             er = env_report.to_dict()
+            from .nccl_log import nccl_info, nccl_warnings
+            nccl = nccl_info(stdout + "\n" + stderr)
+            if nccl:
+                # NCCL's own account (NCCL_DEBUG=INFO) beside what /proc showed.
+                extra["nccl"] = nccl
+                er["nccl"] = nccl
+                er["warnings"] = list(er.get("warnings", [])) + nccl_warnings(nccl, self.expected_env(arm))
             if timed_out:
                 o = fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s: "
                          f"{_one_line(stderr) or _one_line(stdout)}", extra)

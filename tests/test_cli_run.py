@@ -227,3 +227,19 @@ def test_resume_refuses_a_campaign_of_another_experiment(tmp_path, toy):
     line = one_line_error(cli(tmp_path, "run", toy, "--patches", "all", "--repeat", "1", "--resume",
                               first["campaign"]), 2)
     assert "belongs to" in line
+
+
+def test_nccl_debug_lines_are_parsed_and_checked_against_the_arm(tmp_path):
+    nccl = ("echo 'h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4' >&2; "
+            "echo 'h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL' >&2; python3 bench.py")
+    exp = make_toy(tmp_path, bench_command=nccl)
+    p = cli(tmp_path, "run", exp, "--patches", "all NCCL_PROTO=LL NCCL_ALGO=Tree", "--repeat", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert any("NCCL did not report NCCL_ALGO" in w for w in res["warnings"])
+    assert not any("NCCL_PROTO=" in w and "NCCL reported" in w for w in res["warnings"])
+    import bisect_lab
+    from bisect_lab.store import Store
+    st = Store(tmp_path / "res")
+    t = st.trials(res["campaign"])[-1]
+    assert t.env_report["nccl"]["version"] == "2.21.5+cuda12.4"

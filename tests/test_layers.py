@@ -9,7 +9,7 @@ PKG = Path(bisect_lab.__file__).parent
 LAYERS = {
     1: {"model", "errors", "paths", "verdicts"},
     2: {"stats", "strategies"},
-    3: {"config", "patchset", "arms", "store", "parsers", "summaries"},
+    3: {"config", "patchset", "arms", "store", "parsers", "summaries", "nccl_log"},
     4: {"hosts", "trees", "capture", "gpu", "fingerprint", "envcheck", "diffing"},
     5: {"runner", "campaign", "bisection", "sweep", "matrix"},
     6: {"cli", "pytest_plugin", "report", "render", "render_diff", "__main__", "__init__", "_bundled"},
