@@ -66,6 +66,8 @@ def attribution_result(res: dict, console: Console) -> None:
     color = {"culprits": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
     console.print(f"[{color}]{status}[/]: good = {escape(repr(res['good']))}, bad = {escape(repr(res['bad']))}, "
                   f"metric {res['metric']}, {res['trials']} trials (campaign {res['campaign']})")
+    if res.get("culprits"):
+        console.print(f"culprits: [bold]{escape(', '.join(res['culprits']))}[/]")
     reg = res.get("regression")
     if isinstance(reg, dict) and reg.get("ratio") is not None:
         console.print(f"regression (bad vs good): {_pct(reg['ratio'])} "
