@@ -13,7 +13,7 @@ benchmark cannot run is untestable (like ``git bisect skip``), never "bad".
 from __future__ import annotations
 
 from .arms import parse_arm
-from .campaign import Session, _finish, flag_campaign, open_campaign, preflight
+from .campaign import Session, _finish, comparable_workers, flag_campaign, open_campaign, preflight
 from .errors import UsageError
 from .runner import Executor, TrialSpec
 
@@ -52,7 +52,8 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
     def go():
         preflight(session, [the_arm], commit=good)
         preflight(session, [the_arm], commit=bad)
-        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
+        workers = comparable_workers(session, "bisect")
+        ex = Executor(exp, session.store, cid, workers, on_trial=session.on_trial, log=session.log)
         if session.on_plan:
             session.on_plan(budget)
         levels = []
@@ -68,7 +69,7 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
                 break
             strategy = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better,
                                          seed=d.seed + depth, max_trials=left, confidence=d.confidence,
-                                         min_effect=d.min_effect, parallel=len(session.workers))
+                                         min_effect=d.min_effect, parallel=len(workers))
             while not strategy.done:
                 batch = strategy.ask()
                 if not batch:
@@ -126,6 +127,10 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             "untestable": untestable,
             "metric": exp.benchmark.metric,
         })
+        if len(session.workers) > 1:
+            out.setdefault("warnings", []).append(
+                f"several hosts: bisect ran on {workers[0].host.name} only, so that commits are never "
+                "compared across machines")
         return out
 
     return _finish(session, cid, go)

@@ -104,6 +104,18 @@ def flag_campaign(session: Session, cid: str) -> None:
     session.store.set_flags(cid, {k: tuple(v) for k, v in flags.flags.items() if v})
 
 
+def comparable_workers(session: Session, what: str) -> list[HostWorker]:
+    """The hosts a search may use: one, so that its arms are never compared across machines.
+
+    `run` blocks by host (every host measures every arm); the adaptive searches compare each
+    new arm with what came before, so they stay on the first host.
+    """
+    if len(session.workers) > 1:
+        session.log(f"{what} runs on {session.workers[0].host.name} only: its arms are compared with each "
+                    f"other, never across hosts (use `run` to measure on every host)")
+    return session.workers[:1]
+
+
 def _finish(session: Session, cid: str, run: Callable[[], dict]) -> dict:
     """Run a campaign body: clocks locked around it, status kept right on every exit path."""
     locked = []
@@ -207,7 +219,8 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         preflight(session, [good, bad])
         strategy = StagedAttribution(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
                                      max_trials=budget, min_effect=d.min_effect, alpha=d.alpha)
-        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
+        ex = Executor(exp, session.store, cid, comparable_workers(session, "attribute"),
+                      on_trial=session.on_trial, log=session.log)
         if session.on_plan:
             session.on_plan(budget)
         arm_of: dict[frozenset, Arm] = {}
@@ -232,6 +245,10 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         flag_campaign(session, cid)
         verdict = strategy.verdict()
         trials = session.store.trials(cid)
-        return attribution_summary(exp, good, bad, factors, verdict, trials, cid)
+        res = attribution_summary(exp, good, bad, factors, verdict, trials, cid)
+        if len(session.workers) > 1:
+            res["warnings"].append(f"several hosts: attribute ran on {session.workers[0].host.name} only, "
+                                   "so that arms are never compared across machines")
+        return res
 
     return _finish(session, cid, go)
