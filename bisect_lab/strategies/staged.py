@@ -50,7 +50,7 @@ class StagedAttribution:
 
     def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
                  max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
-                 max_stages: int = 3, **kw):
+                 max_stages: int = 2, **kw):
         self.factors = tuple(factors)
         self.higher_is_better = higher_is_better
         self.seed = seed
@@ -132,11 +132,14 @@ class StagedAttribution:
             stage.tell(o.active - base, o.value)
         self.stages.append((base, stage))
 
-    def _named(self, v: AttributionVerdict) -> list[str]:
-        """What a stage names: its culprits, or, when it ran out of budget, the factors it is sure of."""
+    def _named(self, v: AttributionVerdict, stage: int | None = None) -> list[str]:
+        """What a stage names: its confirmed culprits; the first stage, when it ran out of budget,
+        may also name the factors it is sure of, because a residual stage then checks them.
+        The last stage has no such check after it: only confirmed culprits count there."""
         if v.status == "culprits":
             return list(v.culprits)
-        if v.status == "inconclusive":
+        stage = len(self.verdicts) - 1 if stage is None else stage
+        if v.status == "inconclusive" and stage == 0 and self.max_stages > 1:
             return sorted(f for f, p in v.candidates if p >= SURE)
         return []
 
@@ -223,7 +226,7 @@ class StagedAttribution:
         if len(verdicts) < len(self.stages):          # the current stage has not finished yet
             verdicts.append(self.stages[-1][1].verdict())
         first = verdicts[0]
-        stage_named = [self._named(v) for v in verdicts]
+        stage_named = [self._named(v, k) for k, v in enumerate(verdicts)]
         if provisional or not stage_named[0] or (len(verdicts) == 1 and first.status == "culprits"):
             return replace(first, trials=self.trials, warnings=tuple(first.warnings) + tuple(self.notes),
                            strategy=self.name, factors=self.factors)
