@@ -97,11 +97,12 @@ class HostWorker:
         commit = None
         tree_hash = None
 
-        def fail(status: TrialStatus, error: str, extra: dict | None = None) -> TrialOutcome:
+        def fail(status: TrialStatus, error: str, extra: dict | None = None,
+                 env_report: dict | None = None) -> TrialOutcome:
             return TrialOutcome(TrialResult(
                 campaign=campaign, trial=index, arm=arm.spec, status=status, host=self.host.name,
                 started=started, duration_s=time.monotonic() - t0, error=redact_value(error), commit=commit,
-                tree_hash=tree_hash, tag=spec.tag), extra or {})
+                tree_hash=tree_hash, tag=spec.tag, env_report=env_report or {}), extra or {})
 
         try:
             commit = spec.commit or self.base_commit
@@ -194,13 +195,11 @@ class HostWorker:
                 er["nccl"] = nccl
                 er["warnings"] = list(er.get("warnings", [])) + nccl_warnings(nccl, self.expected_env(arm))
             if timed_out:
-                o = fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s: "
-                         f"{_one_line(stderr) or _one_line(stdout)}", extra)
-                return TrialOutcome(_replace(o.result, env_report=er), extra)
+                return fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s: "
+                            f"{_one_line(stderr) or _one_line(stdout)}", extra, er)
             if rc != 0:
                 msg = f"benchmark exited with {rc}: " + (_one_line(stderr) or _one_line(stdout) or "(no output)")
-                o = fail(TrialStatus.CRASHED, msg, extra)
-                return TrialOutcome(_replace(o.result, env_report=er), extra)
+                return fail(TrialStatus.CRASHED, msg, extra, er)
             from .parsers import ParseError, parse
             try:
                 metrics = parse(self.exp.benchmark.parser, stdout, stderr,
@@ -210,8 +209,7 @@ class HostWorker:
             except ParseError as e:
                 # The benchmark's own words: what it printed instead of a result.
                 said = _one_line(stdout) or _one_line(stderr) or "(no output)"
-                o = fail(TrialStatus.PARSE_ERROR, f"{e}; the benchmark printed: {said}", extra)
-                return TrialOutcome(_replace(o.result, env_report=er), extra)
+                return fail(TrialStatus.PARSE_ERROR, f"{e}; the benchmark printed: {said}", extra, er)
 
             gpu_after = None
             if self.exp.gpu.enabled and gpu_before is not None and gpu_before.has_gpu:
@@ -276,11 +274,6 @@ class HostWorker:
 
     def close(self):
         self.host.close()
-
-
-def _replace(result: TrialResult, **kw) -> TrialResult:
-    from dataclasses import replace
-    return replace(result, **kw)
 
 
 # --------------------------------------------------------------------------- executor
