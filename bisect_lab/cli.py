@@ -224,7 +224,7 @@ def cmd_patches(args) -> int:
         from .patchset import load_patchset
         ps = load_patchset(out)
         if args.json:
-            print(json.dumps({"out": str(out), "patches": [p.name for p in ps.patches]}))
+            print(_json({"out": str(out), "patches": [p.name for p in ps.patches]}))
         else:
             console.print(f"captured {len(ps.patches)} patch(es) into {out}: {', '.join(ps.names)}")
         return EXIT_OK
@@ -234,7 +234,7 @@ def cmd_patches(args) -> int:
         raise UsageError(f"{exp.path}: [target] has no patches = ... folder")
     if args.action == "list":
         if args.json:
-            print(json.dumps([{"name": p.name, "aliases": list(p.aliases), "required": p.required,
+            print(_json([{"name": p.name, "aliases": list(p.aliases), "required": p.required,
                                "requires": list(p.requires), "files": list(p.files), "added": p.added,
                                "removed": p.removed, "description": p.description} for p in ps.patches]))
             return EXIT_OK
@@ -256,7 +256,7 @@ def cmd_patches(args) -> int:
             h.close()
     data = report.to_dict() if hasattr(report, "to_dict") else vars(report)
     if args.json:
-        print(json.dumps(data, default=str))
+        print(_json(data))
     else:
         console.print(str(report) if hasattr(report, "__str__") else data)
     if not report.ok:
@@ -272,13 +272,13 @@ def cmd_cache(args) -> int:
         removed = prune_cache(_cache(args), max_trees=args.max_trees, max_bytes=args.max_bytes,
                               everything=args.all)
         if args.json:
-            print(json.dumps([t.to_dict() if hasattr(t, "to_dict") else vars(t) for t in removed], default=str))
+            print(_json([t.to_dict() if hasattr(t, "to_dict") else vars(t) for t in removed]))
         else:
             print(f"removed {len(removed)} tree(s) from {_cache(args)}")
         return EXIT_OK
     info = cache_info(_cache(args), sizes=True).to_dict()
     if args.json:
-        print(json.dumps(info, default=str))
+        print(_json(info))
         return EXIT_OK
     from rich.console import Console
     from rich.table import Table
@@ -330,7 +330,7 @@ def cmd_gpu(args) -> int:
     finally:
         for h in hosts:
             h.close()
-    print(json.dumps(out, indent=None if args.json else 2, default=str))
+    print(_json(out) if args.json else json.dumps(out, indent=2, default=str))
     return EXIT_OK
 
 
@@ -340,7 +340,7 @@ def cmd_diff(args) -> int:
     store = Store(_results(args), create=False)
     res = diff_runs(store, args.a, args.b)
     if args.json:
-        print(json.dumps(res, default=str))
+        print(_json(res))
     else:
         from .render_diff import render_diff
         from rich.console import Console
