@@ -27,7 +27,11 @@ from .base import Observation, drive
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
 RESIDUAL_MAX = 8          # ... and at most, while the comparison stays undecided
-STAGE_SHARE = 0.6         # of the budget left, what a stage may use when another stage may follow
+# Of the budget left, what a stage may use when another stage may follow: up to STAGE_SHARE, but it
+# hands over at STAGE_SOFT_SHARE when it is already sure of some factor (the residual stage then
+# checks them). A hard 60% cut made a lone 2% culprit run out of budget in 15% of runs.
+STAGE_SHARE = 0.85
+STAGE_SOFT_SHARE = 0.6
 SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
 
 
@@ -81,6 +85,8 @@ class StagedAttribution:
             return list(self._pending)
         while self._final is None:
             base, stage = self.stages[-1]
+            if not stage.done and self._hand_over(stage):
+                stage.max_trials = stage.trials          # ends the stage: budget spent
             if not stage.done:
                 batch = stage.ask()
                 if batch:
@@ -124,6 +130,8 @@ class StagedAttribution:
         last = len(self.stages) + 1 >= self.max_stages
         budget = left if last else max(1, math.ceil(STAGE_SHARE * left))
         seeded = [o for o in self.observations if o.active >= base]
+        self._soft_limit = (None if last else
+                            len(seeded) + max(1, math.ceil(STAGE_SOFT_SHARE * left)))
         stage = AttributionStrategy(remaining, higher_is_better=self.higher_is_better,
                                     seed=self.seed + 7919 * len(self.stages),
                                     max_trials=budget + len(seeded), min_effect=self.min_effect,
@@ -131,6 +139,13 @@ class StagedAttribution:
         for o in seeded:                        # what was measured inside this stage's space counts
             stage.tell(o.active - base, o.value)
         self.stages.append((base, stage))
+
+    def _hand_over(self, stage: AttributionStrategy) -> bool:
+        """Past its soft share, the first stage hands over as soon as it is sure of some factor."""
+        if self._soft_limit is None or len(self.stages) != 1 or stage.trials < self._soft_limit:
+            return False
+        post = getattr(stage, "_state", {}).get("posterior")
+        return post is not None and float(post.factor_marginals().max()) >= SURE
 
     def _named(self, v: AttributionVerdict, stage: int | None = None) -> list[str]:
         """What a stage names: its confirmed culprits; the first stage, when it ran out of budget,
