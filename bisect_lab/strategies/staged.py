@@ -33,6 +33,7 @@ RESIDUAL_MAX = 8          # ... and at most, while the comparison stays undecide
 STAGE_SHARE = 0.85
 STAGE_SOFT_SHARE = 0.6
 SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
+_BUDGET_WARNINGS = ("budget ran out before one explanation was clear", "budget of ")
 
 
 def _winsorized(values: list[float]) -> list[float]:
@@ -247,9 +248,18 @@ class StagedAttribution:
                            strategy=self.name, factors=self.factors)
         named = [v for v, n in zip(verdicts, stage_named) if n]
         culprits = sorted({c for n in stage_named for c in n})
-        if any(v.status != "culprits" for v in named):
-            self.notes.append("named from a stage that ran out of budget before confirming; the residual "
-                              "check (good plus these vs bad) found nothing left to explain")
+        handed_over = [k for k, (v, n) in enumerate(zip(verdicts, stage_named)) if n and v.status != "culprits"]
+        for k in handed_over:
+            who = ", ".join(stage_named[k])
+            if k + 1 < len(verdicts):
+                note = (f"{who}: named by stage {k + 1} without its own confirmation step (posterior >= "
+                        f"{SURE:.2f} when it handed over); stage {k + 2} then attributed what was left")
+            else:
+                note = (f"{who}: named by a stage that ran out of budget before its confirmation step "
+                        f"(posterior >= {SURE:.2f}); the residual check (good plus these vs bad) found "
+                        "nothing left to explain")
+            if note not in self.notes:
+                self.notes.append(note)
         # Shares of the whole regression: stage k explains log R_k - log R_{k+1} of log R_1.
         logs = [math.log(v.regression.ratio) if v.regression and v.regression.ratio > 0 else float("nan")
                 for v in named]
@@ -267,7 +277,9 @@ class StagedAttribution:
                 candidates[name] = max(candidates.get(name, 0.0), p)
         for c in culprits:
             candidates[c] = max(candidates.get(c, 0.0), 0.99)
-        warnings = tuple(w for v in verdicts for w in v.warnings)
+        # a stage that handed over did so on purpose: its "budget ran out" lines would only mislead
+        warnings = tuple(w for k, v in enumerate(verdicts) for w in v.warnings
+                         if not (k in handed_over and w.startswith(_BUDGET_WARNINGS)))
         extra = dict(first.extra)
         extra["stages"] = [{"good_plus": sorted(base), "status": v.status, "culprits": v.culprits,
                             "hypothesis": v.hypothesis,
