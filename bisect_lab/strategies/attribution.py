@@ -559,8 +559,6 @@ class AttributionStrategy(StrategyBase):
 
     def _decompose(self, obs, y, cset, family):
         """Log-linear model with HC3 errors: main effects (and the interaction for pairs)."""
-        import statsmodels.api as sm
-
         names = [self.factors[k] for k in cset]
         X = np.array([[1.0 if nm in o.active else 0.0 for nm in names] for o in obs])
         cols, labels, kinds = [], [], []
@@ -576,32 +574,7 @@ class AttributionStrategy(StrategyBase):
                 cols, labels, kinds = [inter], ["*".join(names)], ["interaction"]
             else:
                 cols, labels, kinds = [X[:, 0], X[:, 1]], names, ["main", "main"]
-        D = np.column_stack([np.ones(len(y))] + cols)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = sm.OLS(y, D).fit(cov_type="HC3")
-        beta = np.asarray(fit.params)[1:]
-        cov = np.asarray(fit.cov_params())[1:, 1:]
-        if not np.all(np.isfinite(cov)):
-            cov = np.nan_to_num(cov, nan=0.0)
-        dfree = max(1, len(y) - D.shape[1])
-        from scipy import stats as st
-        q = st.t.ppf(1 - self.alpha / 2, dfree)
-        se = np.sqrt(np.maximum(np.diag(cov), 0))
-        total = beta.sum()
-        rng = np.random.default_rng(self.seed + 1)       # local: verdict() must not move self.rng
-        draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")
-        tot = draws.sum(1, keepdims=True)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            shares = draws / tot
-        effects = []
-        for k, (lab, kind) in enumerate(zip(labels, kinds)):
-            p = float(2 * st.t.sf(abs(beta[k]) / se[k], dfree)) if se[k] > 0 else float("nan")
-            est = RatioEstimate(math.exp(beta[k]), math.exp(beta[k] - q * se[k]), math.exp(beta[k] + q * se[k]), p)
-            sh = shares[:, k][np.isfinite(shares[:, k])]
-            lo, hi = (np.quantile(sh, [self.alpha / 2, 1 - self.alpha / 2]) if sh.size else (np.nan, np.nan))
-            effects.append(FactorEffect(lab, kind, est, float(beta[k] / total) if total else float("nan"),
-                                        float(lo), float(hi)))
+        effects = loglinear_effects(y, cols, labels, kinds, alpha=self.alpha, seed=self.seed + 1)
         interactions = []
         if len(names) == 2:
             term = next((e.effect for e in effects if e.kind == "interaction"), None)
@@ -612,11 +585,8 @@ class AttributionStrategy(StrategyBase):
                         f"either {names[0]} or {names[1]} alone causes the whole regression")
                 interactions.append(Interaction(tuple(names), kind, term or RatioEstimate(float("nan"), float("nan"), float("nan")), desc))
             elif term is not None and (term.ci_low > 1 or term.ci_high < 1):
-                same_dir = (math.log(term.ratio) * total) > 0
-                kind = "synergy" if same_dir else "antagonism"
-                interactions.append(Interaction(tuple(names), kind, term,
-                                                f"joint effect of {names[0]} and {names[1]} is "
-                                                f"{'larger' if same_dir else 'smaller'} than the sum of their effects"))
+                total = sum(math.log(e.effect.ratio) for e in effects)
+                interactions.append(synergy(names, term, total))
         return tuple(effects), tuple(interactions)
 
     def _confirmation(self, obs, y, C: frozenset) -> tuple:
@@ -698,6 +668,51 @@ class AttributionStrategy(StrategyBase):
         return {"trials": self.trials, "failed": self.failed,
                 "gate": gate.decision if gate else None,
                 "leading": sorted(self.factors[k] for k in best), "probability": st_.get("best_p")}
+
+
+def synergy(names, term: RatioEstimate, total_log: float) -> Interaction:
+    """A significant interaction term that is not an all-or-nothing pattern: synergy when it
+    pushes the same way as the whole regression (``total_log``), antagonism otherwise."""
+    same_dir = (math.log(term.ratio) * total_log) > 0
+    return Interaction(tuple(names), "synergy" if same_dir else "antagonism", term,
+                       f"joint effect of {' and '.join(names)} is "
+                       f"{'larger' if same_dir else 'smaller'} than the sum of their effects")
+
+
+def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int = 0) -> list[FactorEffect]:
+    """Fit ``log value ~ 1 + cols`` (OLS, heteroscedasticity-robust HC3 errors) and return one
+    :class:`FactorEffect` per column: the term as a ratio with a t interval, and its share of the
+    whole regression (all terms together) with an interval from the coefficients' covariance."""
+    import statsmodels.api as sm
+    from scipy import stats as st
+
+    y = np.asarray(y, dtype=float)
+    D = np.column_stack([np.ones(len(y))] + list(cols))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.OLS(y, D).fit(cov_type="HC3")
+    beta = np.asarray(fit.params)[1:]
+    cov = np.asarray(fit.cov_params())[1:, 1:]
+    if not np.all(np.isfinite(cov)):
+        cov = np.nan_to_num(cov, nan=0.0)
+    dfree = max(1, len(y) - D.shape[1])
+    q = st.t.ppf(1 - alpha / 2, dfree)
+    se = np.sqrt(np.maximum(np.diag(cov), 0))
+    total = beta.sum()
+    rng = np.random.default_rng(seed)       # local: a verdict must not move a strategy's rng
+    draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")
+    tot = draws.sum(1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shares = draws / tot
+    effects = []
+    for k, (lab, kind) in enumerate(zip(labels, kinds)):
+        p = float(2 * st.t.sf(abs(beta[k]) / se[k], dfree)) if se[k] > 0 else float("nan")
+        est = RatioEstimate(math.exp(beta[k]), math.exp(beta[k] - q * se[k]), math.exp(beta[k] + q * se[k]), p)
+        sh = shares[:, k][np.isfinite(shares[:, k])]
+        lo, hi = (np.quantile(sh, [alpha / 2, 1 - alpha / 2]) if sh.size else (np.nan, np.nan))
+        effects.append(FactorEffect(lab, kind, est, float(beta[k] / total) if total else float("nan"),
+                                    float(lo), float(hi)))
+    return effects
 
 
 def attribute_factors(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,

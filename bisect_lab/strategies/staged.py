@@ -20,9 +20,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .. import stats
 from ..stats import compare
-from ..verdicts import AttributionVerdict
-from .attribution import AttributionStrategy
+from ..verdicts import AttributionVerdict, Interaction
+from .attribution import AttributionStrategy, loglinear_effects, synergy
 from .base import Observation, drive
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
@@ -285,15 +286,91 @@ class StagedAttribution:
                             "hypothesis": v.hypothesis,
                             "regression": v.regression.to_dict() if v.regression else None}
                            for (base, _), v in zip(self.stages, verdicts)]
+        interactions = tuple(i for v in named for i in v.interactions)
+        if len(named) > 1:
+            joint = self._joint(culprits)
+            if joint is not None:
+                effects, interactions = joint
         return replace(
             first, status="culprits", culprits=culprits, trials=self.trials, effects=tuple(effects),
-            interactions=tuple(i for v in named for i in v.interactions),
+            interactions=interactions,
             confirmation=tuple(c for v in named for c in v.confirmation),
             confidence=float(np.prod([v.confidence for v in named])),
             hypothesis=" + ".join(v.hypothesis for v in named),
             candidates=tuple(sorted(candidates.items(), key=lambda kv: -kv[1])),
             warnings=tuple(dict.fromkeys(warnings + tuple(self.notes))), strategy=self.name,
             factors=self.factors, extra=extra)
+
+
+    def _joint(self, culprits: list[str]):
+        """Effects and interactions of every named culprit, re-fitted together on all measurements.
+
+        Each stage saw only its own factors, so its interaction terms can be artefacts of what it
+        did not model (stage 1 of the story may read "mla x OEA_ENABLE" into a pattern that is
+        really "oea-topk x OEA_ENABLE"). Here: log value ~ main effects + every estimable pairwise
+        interaction (HC3); interactions kept when significant after Holm's correction over the
+        pairs, then re-fitted with the mains (dropping terms that lose significance). A kept pair
+        whose members cause no material regression of their own is reported as "and" (the
+        regression appears only when both are bad)."""
+        obs = [o for o in self.observations if o.ok]
+        k = len(culprits)
+        if k < 2 or len(obs) < 3 * k + 4:
+            return None
+        y = np.log([o.value for o in obs])
+        X = {c: np.array([1.0 if c in o.active else 0.0 for o in obs]) for c in culprits}
+
+        def full_rank(cols):
+            D = np.column_stack([np.ones(len(y))] + cols)
+            return np.linalg.matrix_rank(D) == D.shape[1] and len(y) > D.shape[1] + 2
+
+        mains = [X[c] for c in culprits]
+        if not full_rank(mains):
+            return None
+        pairs = []
+        for i in range(k):
+            for j in range(i + 1, k):
+                col = X[culprits[i]] * X[culprits[j]]
+                if full_rank(mains + [X[a] * X[b] for a, b in pairs] + [col]):
+                    pairs.append((culprits[i], culprits[j]))
+        kinds = ["main"] * k + ["interaction"] * len(pairs)
+        labels = list(culprits) + [f"{a}*{b}" for a, b in pairs]
+        fit = loglinear_effects(y, mains + [X[a] * X[b] for a, b in pairs], labels, kinds, alpha=self.alpha)
+        keep = []
+        if pairs:
+            pv = [fit[k + n].effect.p_value for n in range(len(pairs))]
+            pv = [p if math.isfinite(p) else 1.0 for p in pv]
+            reject, _ = stats.adjust_pvalues(pv, method="holm", alpha=self.alpha)
+            keep = [pr for pr, r in zip(pairs, reject) if r]
+        while True:
+            labels = list(culprits) + [f"{a}*{b}" for a, b in keep]
+            effects = loglinear_effects(y, mains + [X[a] * X[b] for a, b in keep], labels,
+                                        ["main"] * k + ["interaction"] * len(keep), alpha=self.alpha)
+            # re-fitted with the mains only, a term may lose its significance: drop the weakest
+            weak = [(e.effect.p_value, n) for n, e in enumerate(effects[k:])
+                    if e.effect.ci_low <= 1 <= e.effect.ci_high]
+            if not weak:
+                break
+            keep.pop(max(weak)[1])
+        by_name = {e.name: e for e in effects}
+        total = sum(math.log(e.effect.ratio) for e in effects)
+        me = math.log1p(self.min_effect)
+
+        def own_regression(m: str) -> bool:
+            """Does factor m, alone, make things materially and significantly worse?"""
+            e = by_name[m].effect
+            worse = -math.log(e.ratio) if self.higher_is_better else math.log(e.ratio)
+            return worse >= me and not (e.ci_low <= 1 <= e.ci_high)
+
+        interactions = []
+        for a, b in keep:
+            term = by_name[f"{a}*{b}"].effect
+            worse = term.ratio < 1 if self.higher_is_better else term.ratio > 1
+            if worse and not own_regression(a) and not own_regression(b):
+                interactions.append(Interaction((a, b), "and", term,
+                                                f"the regression appears only when {a} and {b} are both bad"))
+            else:
+                interactions.append(synergy((a, b), term, total))
+        return tuple(effects), tuple(interactions)
 
 
 def attribute_staged(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,
