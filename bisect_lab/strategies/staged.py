@@ -287,7 +287,7 @@ class StagedAttribution:
                             "regression": v.regression.to_dict() if v.regression else None}
                            for (base, _), v in zip(self.stages, verdicts)]
         interactions = tuple(i for v in named for i in v.interactions)
-        if len(named) > 1:
+        if len(culprits) > 1:
             joint = self._joint(culprits)
             if joint is not None:
                 effects, interactions = joint
