@@ -104,6 +104,46 @@ def test_single_outlier_does_not_flip_the_answer():
     assert (v.status, v.index) == ("culprit", 150)
 
 
+
+def test_culprit_never_rests_on_one_reading():
+    # The final check: the named position and the one before it are each read at least twice
+    # (unless that one is the good endpoint), even when every reading is decisive (25% at CV 3%).
+    for seed in range(4):
+        h = History(1000, change=37 + 211 * seed, step=0.25, cv=0.03, seed=300 + seed)
+        v = run(h, seed=seed)
+        assert (v.status, v.index) == ("culprit", h.change)
+        positions = [p for p, _ in v.path]
+        assert positions.count(v.index) >= 2, positions
+        assert v.index - 1 == 0 or positions.count(v.index - 1) >= 2, positions
+
+
+def _skewed_run(higher_is_better: bool, seed: int):
+    """5% step at CV 3% with a right-skewed (gamma, skewness 1) multiplicative noise."""
+    rng = np.random.default_rng(400 + seed)
+    change = int(rng.integers(1, 1000))
+    s = BisectionStrategy(1000, higher_is_better=higher_is_better, seed=seed)
+    while not s.done:
+        for pos in s.ask():
+            z = (rng.gamma(4.0) - 4.0) / 2.0  # mean 0, sd 1, skewness 1
+            bad = pos >= change
+            level = (0.95 if higher_is_better else 1.05) if bad else 1.0
+            s.tell(pos, 100.0 * level * (1 + 0.03 * z))
+    return s, change
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+def test_noise_skew_is_learned_with_its_sign(higher_is_better):
+    # u = sign * log(value): a right tail in the metric is a left tail in u when lower is better.
+    right, skews = 0, []
+    for seed in range(12):
+        s, change = _skewed_run(higher_is_better, seed)
+        v = s.verdict()
+        right += v.status == "culprit" and v.index == change
+        skews.append(s._skew)  # one run's estimate is noisy (tens of samples); their mean is not
+    sign = 1 if higher_is_better else -1
+    assert sign * np.mean(skews) > 0.1, skews  # ~0.45 over 30 seeds
+    assert right >= 11, right
+
 # --------------------------------------------------------------------------- untestable
 def test_untestable_positions_are_skipped_and_never_retried():
     untestable = set(range(3, 999, 7)) - {499, 500}
