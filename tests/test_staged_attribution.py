@@ -89,3 +89,15 @@ def test_interactions_are_refitted_on_all_culprits_together():
         assert 0.5 < eff["mla"].share < 0.72, eff["mla"]          # truth: log 0.75 / log(0.75 * 0.83) = 0.61
         assert sum(e.share for e in v.effects) == pytest.approx(1.0, abs=1e-6)
     assert checked >= 10
+
+
+def test_factor_probabilities_come_from_the_latest_stage_that_searched_them():
+    for seed in range(12):
+        measure, _ = story(seed=100 + seed)
+        v = attribute_factors(FACTORS, measure, seed=seed, max_trials=150)
+        stages = v.extra.get("stages", [])
+        if v.status != "culprits" or len(stages) < 2:
+            continue
+        probs = dict(v.candidates)
+        assert all(probs[c] >= 0.99 for c in v.culprits)
+        assert probs["nccl"] < 0.1 and probs["sm120"] < 0.1, v.candidates     # stage 1 alone: up to 0.39

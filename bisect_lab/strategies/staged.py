@@ -272,10 +272,13 @@ class StagedAttribution:
             for e in v.effects:
                 effects.append(replace(e, share=e.share * portion, share_low=e.share_low * portion,
                                        share_high=e.share_high * portion))
+        # Each factor's probability from the latest stage that searched it: a later stage knows
+        # the earlier culprits' part and so judges the rest better (stage 1 of the demo may leave
+        # a no-op at 0.5 that stage 2, with mla-gather-cast in its good arm, clears).
         candidates: dict[str, float] = {}
-        for v in named:
+        for v in verdicts:
             for name, p in v.candidates:
-                candidates[name] = max(candidates.get(name, 0.0), p)
+                candidates[name] = p
         for c in culprits:
             candidates[c] = max(candidates.get(c, 0.0), 0.99)
         # a stage that handed over did so on purpose: its "budget ran out" lines would only mislead
