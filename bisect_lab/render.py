@@ -89,7 +89,16 @@ def attribution_result(res: dict, console: Console) -> None:
         console.print(t)
     for it in res.get("interactions") or []:
         names = it.get("factors") or it.get("names") if isinstance(it, dict) else it
-        console.print(f"interaction: {' x '.join(names) if isinstance(names, (list, tuple)) else names}")
+        line = f"interaction: {' x '.join(names) if isinstance(names, (list, tuple)) else names}"
+        if isinstance(it, dict):
+            if it.get("kind"):
+                line += f" ({it['kind']})"
+            if it.get("description"):
+                line += f": {it['description']}"
+            term = it.get("term") if isinstance(it.get("term"), dict) else {}
+            if term.get("ratio") is not None:
+                line += f"; term {_pct(term.get('ratio'))} [{_pct(term.get('ci_low'))} .. {_pct(term.get('ci_high'))}]"
+        console.print(escape(line))
     cands = res.get("candidates")
     if cands and res["status"] != "culprits":
         console.print("most likely factors: " + ", ".join(f"{n} ({p:.2f})" for n, p in cands[:4]))

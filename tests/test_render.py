@@ -1,0 +1,30 @@
+"""Human output of the verdicts (rich), checked as text."""
+import io
+
+from rich.console import Console
+
+from bisect_lab.render import attribution_result
+
+
+def _text(res):
+    buf = io.StringIO()
+    attribution_result(res, Console(file=buf, width=200, color_system=None))
+    return buf.getvalue()
+
+
+def test_attribution_output_names_the_interaction_kind_and_term():
+    est = {"ratio": 0.842, "ci_low": 0.814, "ci_high": 0.871, "p_value": 1e-6}
+    res = {"status": "culprits", "culprits": ["env:OEA_ENABLE", "mla-gather-cast", "oea-topk"], "trials": 42,
+           "campaign": "20261129-120954-attribute-50b5",
+           "good": "none", "bad": "all OEA_ENABLE=1", "metric": "output_throughput",
+           "regression": {"ratio": 0.61, "ci_low": 0.58, "ci_high": 0.64},
+           "effects": [{"name": "mla-gather-cast", "kind": "main", "effect": {"ratio": 0.765, "ci_low": 0.75, "ci_high": 0.78},
+                        "share": 0.56, "share_low": 0.52, "share_high": 0.6}],
+           "interactions": [{"factors": ["oea-topk", "env:OEA_ENABLE"], "kind": "and", "term": est,
+                             "description": "the regression appears only when oea-topk and env:OEA_ENABLE are both bad"}],
+           "candidates": [], "warnings": []}
+    out = _text(res)
+    line = next(l for l in out.splitlines() if l.startswith("interaction:"))
+    assert "oea-topk x env:OEA_ENABLE (and)" in line
+    assert "only when oea-topk and env:OEA_ENABLE are both bad" in line
+    assert "-15.8% [-18.6% .. -12.9%]" in line
