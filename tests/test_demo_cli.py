@@ -29,8 +29,10 @@ def test_demo_attribution_finds_the_planted_causes(tmp_path):
     res = json.loads(p.stdout)
     assert res["status"] == "culprits", res
     assert set(res["culprits"]) == {"mla-gather-cast", "oea-topk", "env:OEA_ENABLE"}, res["candidates"]
-    assert [(set(i["factors"]), i["kind"]) for i in res["interactions"]] == [({"oea-topk", "env:OEA_ENABLE"}, "and")], \
-        res["interactions"]
+    kinds = [(set(i["factors"]), i["kind"]) for i in res["interactions"]]
+    assert ({"oea-topk", "env:OEA_ENABLE"}, "and") in kinds, res["interactions"]
+    # another interaction term may pass Holm's 5% by chance, but only among the culprits
+    assert all(f <= set(res["culprits"]) for f, _ in kinds), res["interactions"]
     effects = {e["name"]: e for e in res["effects"]}
     assert effects["mla-gather-cast"]["effect"]["ci_high"] < 0.95      # a clear regression on its own
     posterior = dict(res["candidates"])

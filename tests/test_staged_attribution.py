@@ -101,3 +101,25 @@ def test_factor_probabilities_come_from_the_latest_stage_that_searched_them():
         probs = dict(v.candidates)
         assert all(probs[c] >= 0.99 for c in v.culprits)
         assert probs["nccl"] < 0.1 and probs["sm120"] < 0.1, v.candidates     # stage 1 alone: up to 0.39
+
+
+def test_small_own_effects_beside_a_large_joint_term_still_read_as_and():
+    """The CPU demo: oea-topk and OEA_ENABLE each cost ~2% alone (measured, within noise of 0),
+    -16% together. That is the AND pattern, not a 'synergy' of two culprits."""
+    def story2(seed):
+        rng = np.random.default_rng(seed)
+
+        def measure(active):
+            v = 1000.0 * (0.76 if "mla" in active else 1.0)
+            v *= 0.98 if "oea" in active else 1.0
+            v *= 0.98 if "env:OEA" in active else 1.0
+            if "oea" in active and "env:OEA" in active:
+                v *= 0.86
+            return v * float(np.exp(rng.normal(0, 0.02)))
+        return measure
+    kinds = []
+    for seed in range(6):
+        v = attribute_factors(FACTORS, story2(400 + seed), seed=seed, max_trials=150)
+        if set(v.culprits) == {"mla", "oea", "env:OEA"}:
+            kinds += [(set(i.factors), i.kind) for i in v.interactions]
+    assert kinds and all(k == ({"oea", "env:OEA"}, "and") for k in kinds), kinds
