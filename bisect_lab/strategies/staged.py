@@ -293,7 +293,11 @@ class StagedAttribution:
         if len(culprits) > 1:
             joint = self._joint(culprits)
             if joint is not None:
-                effects, interactions = joint
+                effects, interactions, estimable = joint
+                # a pattern a confirmed stage named, whose term the joint model cannot estimate
+                # from the arms measured (no arm with one member but not the other): keep it
+                interactions += tuple(i for v in named if v.status == "culprits" for i in v.interactions
+                                      if frozenset(i.factors) not in estimable)
         return replace(
             first, status="culprits", culprits=culprits, trials=self.trials, effects=tuple(effects),
             interactions=interactions,
@@ -377,7 +381,7 @@ class StagedAttribution:
                                                 f"the regression appears only when {a} and {b} are both bad"))
             else:
                 interactions.append(synergy((a, b), term, total))
-        return tuple(effects), tuple(interactions)
+        return tuple(effects), tuple(interactions), {frozenset(p) for p in pairs}
 
 
 def attribute_staged(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,
