@@ -7,10 +7,11 @@ Public API:
   regression_gate(good, bad, ...)        sequential good-vs-bad decision
   welch_log / yuen_log                  log-scale Welch (trimmed: Yuen) difference, se, df
   detect_drift / within_group_trend / outliers   diagnostics
+  robust_sd / winsorize                  MAD-based spread, clipping at median +- k of it
   adjust_pvalues(p, method="holm")       multiple-comparison control
 """
 from .compare import Comparison, compare, welch_log, yuen_log
-from .diagnostics import Drift, detect_drift, outliers, within_group_trend
+from .diagnostics import Drift, detect_drift, outliers, robust_sd, winsorize, within_group_trend
 from .multiple import adjust_pvalues
 from .planning import log_cv, plan_trials
 from .sequential import GateResult, regression_gate
@@ -18,6 +19,7 @@ from .summary import Summary, median_ci, summarize
 
 __all__ = [
     "Comparison", "compare", "welch_log", "yuen_log", "Summary", "summarize", "median_ci", "plan_trials",
-    "log_cv", "Drift", "detect_drift", "within_group_trend", "outliers", "adjust_pvalues",
+    "log_cv", "Drift", "detect_drift", "within_group_trend", "outliers", "robust_sd", "winsorize",
+    "adjust_pvalues",
     "GateResult", "regression_gate",
 ]

@@ -58,17 +58,10 @@ class Comparison:
 def welch_log(a, b) -> tuple[float, float, float]:
     """(difference of log means b-a, its standard error, Welch df). NaNs when not estimable."""
     la, lb = np.log(a), np.log(b)
-    na, nb = la.size, lb.size
-    if na < 2 or nb < 2:
-        return (float(lb.mean() - la.mean()) if na and nb else float("nan"), float("nan"), float("nan"))
-    va, vb = la.var(ddof=1) / na, lb.var(ddof=1) / nb
-    se2 = va + vb
-    d = float(lb.mean() - la.mean())
-    if se2 <= 0:
-        # identical values in both arms: the difference is exact, nothing else is known
-        return d, 0.0, float(na + nb - 2)
-    df = se2 ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1)) if (va > 0 or vb > 0) else na + nb - 2
-    return d, math.sqrt(se2), float(df)
+    if la.size < 2 or lb.size < 2:
+        return (float(lb.mean() - la.mean()) if la.size and lb.size else float("nan"), float("nan"), float("nan"))
+    d, se, df, _ = yuen_log(a, b, 0.0)
+    return d, se, df
 
 
 def yuen_log(a, b, trim: float = 0.2) -> tuple[float, float, float, float]:
@@ -87,12 +80,16 @@ def yuen_log(a, b, trim: float = 0.2) -> tuple[float, float, float, float]:
     """
     parts = []
     for x in (a, b):
-        lx = np.sort(np.log(np.asarray(x, dtype=float)))
+        lx = np.log(np.asarray(x, dtype=float))
         n = lx.size
         g = int(math.floor(trim * n))
         h = n - 2 * g
         if n < 2 or h < 2:
             return float("nan"), float("nan"), float("nan"), float("nan")
+        if g == 0:                       # plain Welch, in Welch's own arithmetic
+            parts.append((float(lx.mean()), float(lx.var(ddof=1)) / n, h))
+            continue
+        lx = np.sort(lx)
         w = lx.copy()
         w[:g] = lx[g]
         w[n - g:] = lx[n - g - 1]

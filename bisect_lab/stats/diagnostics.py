@@ -81,3 +81,23 @@ def outliers(values, threshold: float = 3.5) -> list[int]:
         return [int(i) for i in np.flatnonzero(y != med)] if np.sum(y != med) <= y.size // 4 else []
     z = 0.6745 * (y - med) / mad
     return [int(i) for i in np.flatnonzero(np.abs(z) > threshold)]
+
+
+def robust_sd(x) -> float:
+    """1.4826 x the median absolute deviation: the standard deviation a normal sample would have,
+    unmoved by a stalled trial in a heavy tail."""
+    x = np.asarray(x, dtype=float)
+    return 1.4826 * float(np.median(np.abs(x - np.median(x))))
+
+
+def winsorize(x, k: float = 2.5, min_n: int = 4) -> np.ndarray:
+    """Clip at median +- ``k`` robust sd (values already on the scale to clip, e.g. logs); fewer
+    than ``min_n`` values, or no spread, are returned as they are."""
+    x = np.asarray(x, dtype=float)
+    if x.size < min_n:
+        return x
+    sd = robust_sd(x)
+    if sd <= 0:
+        return x
+    med = float(np.median(x))
+    return np.clip(x, med - k * sd, med + k * sd)

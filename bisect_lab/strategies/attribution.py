@@ -123,6 +123,14 @@ class AttributionStrategy(StrategyBase):
         return stats.regression_gate(g, b, higher_is_better=self.higher_is_better,
                                      min_effect=self.min_effect, alpha=self.alpha)
 
+    def _matrix(self, arms) -> np.ndarray:
+        """Arms as rows of a bool matrix over the factors (what hypothesis positions take)."""
+        arms = list(arms)
+        X = np.zeros((len(arms), len(self.factors)), dtype=bool)
+        for r, a in enumerate(arms):
+            X[r, [self.index[f] for f in a]] = True
+        return X
+
     def _leading(self, post, best_set) -> int | None:
         """The most probable hypothesis whose culprits are ``best_set``."""
         w = post.weights
@@ -140,10 +148,7 @@ class AttributionStrategy(StrategyBase):
         h = self._leading(post, best_set) if best_set else None
         if h is None or not obs:
             return None
-        X = np.zeros((len(obs), len(self.factors)), bool)
-        for r, o in enumerate(obs):
-            X[r, [self.index[f] for f in o.active]] = True
-        pos = self.space.positions(X)[:, h]
+        pos = self.space.positions(self._matrix(o.active for o in obs))[:, h]
         g = np.exp(np.asarray(y)[pos < 0.01])
         b = np.exp(np.asarray(y)[pos > 0.99])
         if len(g) < 2 or len(b) < 2:
@@ -157,10 +162,7 @@ class AttributionStrategy(StrategyBase):
         for o, v in zip(obs, y):
             arms.setdefault(o.active, []).append(float(v))
         keys = list(arms)
-        X = np.zeros((len(keys), len(self.factors)), dtype=bool)
-        for r, a in enumerate(keys):
-            for f in a:
-                X[r, self.index[f]] = True
+        X = self._matrix(keys)
         ys = [np.asarray(arms[a]) for a in keys]
         # noise scale: pooled within-arm variance of the replicated arms, expressed at the good
         # level; the bad/good variance ratio only when the references differ significantly
@@ -350,9 +352,7 @@ class AttributionStrategy(StrategyBase):
             return False
         C = frozenset(self.factors[k] for k in best_set)
         for arm in self.confirmation_arms(C):
-            X = np.zeros((1, len(self.factors)), bool)
-            X[0, [self.index[f] for f in arm]] = True
-            expect = float(post.space.positions(X)[0, h])
+            expect = float(post.space.positions(self._matrix([arm]))[0, h])
             if 0.2 < expect < 0.8:
                 continue                      # additive split: no side to check
             v = self._arm_values(obs, y, arm)
@@ -393,10 +393,11 @@ class AttributionStrategy(StrategyBase):
         span = (lv.mu_good - lv.mu_bad) if self.higher_is_better else (lv.mu_bad - lv.mu_good)
         return span - LEVELS_APART_Z * math.hypot(lv.se_good, lv.se_bad) > math.log1p(self.min_effect)
 
-    def _reference_due(self, gate, decision: str | None = None, post=None) -> bool:
+    def _reference_due(self, gate, decision: str, post) -> bool:
+        """``decision``: the gate's, or "regression" when the pooled gate has decided it."""
         if gate is None:
             return True
-        if (decision or gate.decision) == "continue":
+        if decision == "continue":
             # undecided: interleave references with the search; when the regression does not
             # (yet) look like min_effect, spend on the references only (searching a
             # non-regression is waste). When the levels fitted on all measurements are already

@@ -50,6 +50,8 @@ import numpy as np
 from scipy import special as _special
 from scipy import stats as _stats
 
+from ..stats import winsorize as _winsorize
+
 __all__ = ["BisectVerdict", "BisectionStrategy", "bisect_sequence"]
 
 # Robustness: observations are weighted as in EM for a contaminated normal,
@@ -139,6 +141,18 @@ def _shape_logpdf(r: np.ndarray, sn: tuple[float, float, float]) -> np.ndarray:
     return np.logaddexp(body, _LOG_OUT - 0.5 * r * r / OUT_K**2)
 
 
+def _normalized(logml: np.ndarray, logml0: np.ndarray, log_prior_c: float = 0.0) -> tuple[np.ndarray, float]:
+    """(P(c = i), P(no regression)) from the log marginals of "a regression at c" and "none at
+    c" (see ``_log_marginal``), with NULL_PRIOR on "no regression"; together they sum to 1."""
+    logp = logml + log_prior_c + math.log(1 - NULL_PRIOR)
+    logp0 = logml0 + log_prior_c + math.log(NULL_PRIOR)
+    top = max(float(logp[1:].max()), float(logp0[1:].max()))
+    post = np.exp(logp - top)
+    p0 = float(np.exp(logp0 - top).sum())
+    z = post.sum() + p0
+    return post / z, p0 / z
+
+
 def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
     # scipy.special.logsumexp costs more in argument handling than in arithmetic at this size.
     m = x.max(axis=1)
@@ -212,17 +226,6 @@ class BisectVerdict:
 
 
 # --------------------------------------------------------------------------- robust two-sample
-def _winsorize(x: np.ndarray) -> np.ndarray:
-    """Clip at median +- 2.5 MAD-sd: a single tail sample must not decide the confirm test."""
-    if x.size < 4:
-        return x
-    med = float(np.median(x))
-    mad = 1.4826 * float(np.median(np.abs(x - med)))
-    if mad <= 0:
-        return x
-    return np.clip(x, med - 2.5 * mad, med + 2.5 * mad)
-
-
 def _welch(good: np.ndarray, bad: np.ndarray) -> tuple[float, float, float]:
     """(mean(good) - mean(bad), standard error, Welch df) on winsorized samples."""
     g, b = _winsorize(good), _winsorize(bad)
@@ -582,14 +585,7 @@ class BisectionStrategy:
         log_prior_c = math.log(1 / (self.n - 1))
         for it in range(EM_ITERS):
             logml, logml0 = self._log_marginal(pos, u, omega, separate)
-            logp = logml + log_prior_c + math.log(1 - NULL_PRIOR)
-            logp0 = logml0 + log_prior_c + math.log(NULL_PRIOR)
-            top = max(float(logp[1:].max()), float(logp0[1:].max()))
-            post = np.exp(logp - top)
-            p0 = float(np.exp(logp0 - top).sum())
-            z = post.sum() + p0
-            post /= z
-            p0 /= z
+            post, p0 = _normalized(logml, logml0, log_prior_c)
             # Soft fit given the posterior: w = P(position is bad) = P(c <= position).
             w = np.cumsum(post)[pos]
             og, ob = (1 - w) * omega, w * omega
@@ -659,12 +655,8 @@ class BisectionStrategy:
         for j in np.flatnonzero((pos == i) | (pos == i - 1)):
             keep = np.ones(len(pos), dtype=bool)
             keep[j] = False
-            logml, logml0 = self._log_marginal(pos[keep], u[keep], omega[keep], separate)
-            logp = logml + math.log(1 - NULL_PRIOR)
-            logp0 = logml0 + math.log(NULL_PRIOR)
-            top = max(float(logp[1:].max()), float(logp0[1:].max()))
-            p = np.exp(logp - top)
-            mass = float(p[i] / (p.sum() + float(np.exp(logp0 - top).sum())))
+            post, _ = _normalized(*self._log_marginal(pos[keep], u[keep], omega[keep], separate))
+            mass = float(post[i])
             if mass < worst:
                 worst, worst_pos = mass, int(pos[j])
         if worst < LOO_MASS:

@@ -37,16 +37,11 @@ SURE = 0.99               # posterior probability of involvement that an unsettl
 _BUDGET_WARNINGS = ("budget ran out before one explanation was clear", "budget of ")
 
 
-def _winsorized(values: list[float]) -> list[float]:
+def _winsorized(values: list[float]) -> np.ndarray:
     """Clip at median +- 2.5 robust sd on the log scale: one stalled trial must not hide a residual."""
-    if len(values) < 4:
-        return values
     logs = np.log(values)
-    med = float(np.median(logs))
-    sd = 1.4826 * float(np.median(np.abs(logs - med)))
-    if sd <= 0:
-        return values
-    return [float(x) for x in np.exp(np.clip(logs, med - 2.5 * sd, med + 2.5 * sd))]
+    clipped = stats.winsorize(logs)
+    return np.asarray(values, dtype=float) if clipped is logs else np.exp(clipped)
 
 
 class StagedAttribution:
@@ -190,7 +185,7 @@ class StagedAttribution:
         if len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS:
             want = [named] * max(0, RESIDUAL_REPEATS - len(g)) + [bad] * max(0, RESIDUAL_REPEATS - len(b))
             # alternate the two arms so that drift cannot masquerade as a residual
-            order = [a for pair in zip([named] * 3, [bad] * 3) for a in pair]
+            order = [a for pair in zip([named] * RESIDUAL_REPEATS, [bad] * RESIDUAL_REPEATS) for a in pair]
             batch = [a for a in order if a in want]
             return batch[: max(1, min(2, self.max_trials - self.trials))]
         c = compare(_winsorized(g), _winsorized(b), higher_is_better=self.higher_is_better,
@@ -233,8 +228,7 @@ class StagedAttribution:
         for o in self.observations:
             if o.ok:
                 groups.setdefault(o.active, []).append(math.log(o.value))
-        mads = [1.4826 * float(np.median(np.abs(np.array(v) - np.median(v))))
-                for v in groups.values() if len(v) >= 3]
+        mads = [stats.robust_sd(v) for v in groups.values() if len(v) >= 3]
         return float(np.median(mads)) if mads else 0.0
 
     # ------------------------------------------------------------------ answer
