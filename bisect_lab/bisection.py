@@ -13,7 +13,8 @@ benchmark cannot run is untestable (like ``git bisect skip``), never "bad".
 from __future__ import annotations
 
 from .arms import parse_arm
-from .campaign import Session, _finish, comparable_workers, flag_campaign, open_campaign, preflight
+from .campaign import (Session, _finish, comparable_workers, flag_campaign, open_campaign, preflight,
+                       single_host_warnings)
 from .errors import UsageError
 from .runner import Executor, TrialSpec
 
@@ -127,10 +128,9 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             "untestable": untestable,
             "metric": exp.benchmark.metric,
         })
-        if len(session.workers) > 1:
-            out.setdefault("warnings", []).append(
-                f"several hosts: bisect ran on {workers[0].host.name} only, so that commits are never "
-                "compared across machines")
+        several = single_host_warnings(session, "bisect", "commits")
+        if several:
+            out.setdefault("warnings", []).extend(several)
         return out
 
     return _finish(session, cid, go)

@@ -116,6 +116,14 @@ def comparable_workers(session: Session, what: str) -> list[HostWorker]:
     return session.workers[:1]
 
 
+def single_host_warnings(session: Session, what: str, things: str) -> list[str]:
+    """What a search that ran on the first of several hosts (comparable_workers) tells its result."""
+    if len(session.workers) <= 1:
+        return []
+    return [f"several hosts: {what} ran on {session.workers[0].host.name} only, so that {things} are never "
+            "compared across machines"]
+
+
 def _finish(session: Session, cid: str, run: Callable[[], dict]) -> dict:
     """Run a campaign body: clocks locked around it, status kept right on every exit path."""
     locked = []
@@ -246,9 +254,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         verdict = strategy.verdict()
         trials = session.store.trials(cid)
         res = attribution_summary(exp, good, bad, factors, verdict, trials, cid)
-        if len(session.workers) > 1:
-            res["warnings"].append(f"several hosts: attribute ran on {session.workers[0].host.name} only, "
-                                   "so that arms are never compared across machines")
+        res["warnings"] += single_host_warnings(session, "attribute", "arms")
         return res
 
     return _finish(session, cid, go)

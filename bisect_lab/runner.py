@@ -28,6 +28,11 @@ def _tail(text: str, lines: int = 20, chars: int = 2000) -> str:
     return out[-chars:]
 
 
+def _killed(procs) -> list[dict]:
+    """Killed processes as stored with the trial: pid and command line, secrets redacted."""
+    return [{"pid": k.pid, "cmdline": redact_value(k.cmdline)} for k in procs]
+
+
 def _one_line(text: str) -> str:
     lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
     return lines[-1][:300] if lines else ""
@@ -159,7 +164,7 @@ class HostWorker:
                         pass     # a missed sample is not a failed trial
                     if time.monotonic() > deadline:
                         killed = proc.kill_tree()
-                        extra["killed"] = [{"pid": k.pid, "cmdline": redact_value(k.cmdline)} for k in killed]
+                        extra["killed"] = _killed(killed)
                         timed_out = True
                         break
                     rc = proc.wait(next(waits, _ENV_SAMPLE_S))
@@ -174,7 +179,7 @@ class HostWorker:
                 # would hold the GPU into the next trial: they are ours, so they go now.
                 leftovers = [k for k in proc.kill_tree() if k.pid != proc.pid]
                 if leftovers:
-                    extra["killed_after"] = [{"pid": k.pid, "cmdline": redact_value(k.cmdline)} for k in leftovers]
+                    extra["killed_after"] = _killed(leftovers)
                     self.log(f"{self.host.name}: killed {len(leftovers)} process(es) the benchmark left running: "
                              + ", ".join(f"{k.pid} ({redact_value(k.cmdline)[:60]})" for k in leftovers[:3]))
             self._prune_owned()
