@@ -461,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_diff)
 
     rp = sub.add_parser("report", help="Markdown or HTML report of a campaign or sweep")
-    rp.add_argument("what", help="campaign id or sweep name")
+    rp.add_argument("what", help="campaign id (or a unique prefix, or 'latest') or sweep name")
     rp.add_argument("--format", choices=["md", "html"], default="md")
     rp.add_argument("--out", help="output file (default: under the results folder)")
     rp.set_defaults(func=cmd_report)

@@ -135,12 +135,15 @@ def _hib(c: Campaign) -> bool:
 
 # --------------------------------------------------------------------------- building
 def build_report(store: Store, what: str) -> Report:
-    """The report of a campaign (id or unique prefix) or of a sweep (its name)."""
+    """The report of a campaign (id, unique prefix, or ``latest``) or of a sweep (its name)."""
     from .sweep import sweep_names
     if what in sweep_names(store):
         return _sweep_report(store, what)
     try:
-        c = store.campaign(what)
+        if what == "latest" and store.campaigns():
+            c = store.campaigns()[-1]
+        else:
+            c = store.campaign(what)
     except Exception as e:
         names = sweep_names(store)
         recent = [x.id for x in store.campaigns()[-5:]]

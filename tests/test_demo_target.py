@@ -208,3 +208,21 @@ def test_torch_runner_paths_without_a_gpu(trees):
     assert base["verify_path"] == "fast" and mla["verify_path"] == "extend"
     assert base["cuda_graph"] is False and mla["cuda_graph"] is False     # no GPU here
     assert abs(base["accept_length"] - mla["accept_length"]) < 0.3
+
+
+def test_torch_runner_tensor_parallel_without_a_gpu(trees):
+    """tp=2 on the torch path: one process per rank, experts split, the MoE output summed
+    by torch.distributed (gloo here, NCCL on GPUs) in lockstep on both paths of verify."""
+    pytest.importorskip("torch")
+    env = {"NCCL_PROTO": "Simple"}
+    r0, one = bench(trees("nccl-env-propagation", REQUIRED), "--device", "torch", env=env)
+    r1, two = bench(trees("nccl-env-propagation", REQUIRED), "--device", "torch", "--tp-size", "2", env=env)
+    r2, mla = bench(trees("mla-gather-cast", REQUIRED), "--device", "torch", "--tp-size", "2", env=env)
+    assert r0.returncode == 0 and r1.returncode == 0 and r2.returncode == 0, r0.stderr + r1.stderr + r2.stderr
+    assert two["all_reduce"] == "gloo (tp=2)" and two["tp_size"] == 2
+    assert two["worker_env"]["0"] == two["worker_env"]["1"] == env
+    assert len(set(two["worker_pids"])) == 3            # two ranks and the detokenizer
+    # same model, the expert sums split across ranks: bf16 rounding may move a token or two
+    assert abs(two["accept_length"] - one["accept_length"]) < 0.3
+    assert two["verify_path"] == "fast" and mla["verify_path"] == "extend"
+    assert mla["worker_env"]["0"] == {}                  # without the propagation patch

@@ -27,4 +27,7 @@ def test_real_nccl_info_lines():
 def test_demo_lines_and_no_lines():
     info = nccl_info("[tp0] NCCL INFO all-reduce tree/LL env: {'NCCL_ALGO': 'Tree'}\n[tp1] NCCL INFO all-reduce tree/LL env: {}\n")
     assert info["allreduce"] == {"0": "tree/LL", "1": "tree/LL"}
+    # no NCCL version or init: a program's own lines, not NCCL's; no "did not report" warning
+    assert nccl_warnings(info, {"NCCL_ALGO": "Tree"}) == []
+    assert nccl_warnings(info, {"NCCL_PROTO": "Simple"}) == []
     assert nccl_info("no nccl here\n") == {} and nccl_warnings({}, {"NCCL_ALGO": "Ring"}) == []

@@ -223,6 +223,11 @@ def test_cli_report_writes_html(run_store, tmp_path):
     p = subprocess.run([sys.executable, "-m", "bisect_lab", "--results", str(store.dir), "report", "nope"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "no campaign 'nope'" in p.stderr and "Traceback" not in p.stderr
+    # "latest": the newest campaign, without looking its id up
+    p = subprocess.run([sys.executable, "-m", "bisect_lab", "--results", str(store.dir), "report", "latest",
+                        "--out", str(tmp_path / "latest.md")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert cid in (tmp_path / "latest.md").read_text()
 
 
 def test_html_escapes_untrusted_text(tmp_path):

@@ -13,8 +13,12 @@ class ServerArgs:
     device: str = "auto"
     # 0 = 1 scheduler worker (CPU and a single GPU). tp_size=2 on CPU runs two workers in
     # lockstep with a real all-reduce between them; on a 2-core machine shared with other
-    # jobs that lockstep makes timings noisy, so it is not the default.
+    # jobs that lockstep makes timings noisy, so it is not the default. On GPUs tp_size=N
+    # runs one worker per GPU with a torch.distributed (NCCL) all-reduce.
     tp_size: int = 0
+    # torch.distributed rendezvous of the workers (tcp://host:port); the engine picks a free
+    # local port when it is left empty, as SGLang's --dist-init-addr does
+    dist_init_addr: str | None = None
     seed: int = 0
     # speculative decoding: None or "EAGLE3"
     speculative_algorithm: str | None = None

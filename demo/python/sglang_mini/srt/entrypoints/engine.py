@@ -32,14 +32,32 @@ def worker_environment(environ=None) -> dict:
     return out
 
 
+# Set in every GPU worker whatever the launching shell says: NVLink multicast (NVLS) can
+# take a shared host's GPUs out of service, and the demo's all-reduce never needs it.
+GPU_WORKER_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                  "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def _free_local_address() -> str:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
 class EngineError(RuntimeError):
     pass
 
 
 class Engine:
     def __init__(self, server_args: ServerArgs | None = None, **kwargs):
-        self.server_args = (server_args or ServerArgs(**kwargs)).resolve()
-        self.procs, self.ctrls, self._shared = launch_scheduler_processes(self.server_args, worker_environment())
+        self.server_args = sa = (server_args or ServerArgs(**kwargs)).resolve()
+        env = worker_environment()
+        if sa.device == "cuda":
+            env.update(GPU_WORKER_ENV)
+        if sa.tp_size > 1 and sa.device in ("cuda", "torch") and not sa.dist_init_addr:
+            sa.dist_init_addr = _free_local_address()
+        self.procs, self.ctrls, self._shared = launch_scheduler_processes(sa, env)
         self.workers = [self._recv(c, "ready") for c in self.ctrls]
         # schedulers first, the detokenizer last (see launch_scheduler_processes)
         self.sched_ctrls, self.detok_ctrl = self.ctrls[:-1], self.ctrls[-1]

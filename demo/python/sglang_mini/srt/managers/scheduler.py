@@ -51,9 +51,11 @@ def launch_scheduler_processes(server_args, worker_env: dict):
     """
     ctx = mp.get_context("spawn")
     tp = server_args.tp_size
-    if tp > 2:
-        raise ValueError("sglang_mini supports tp_size 1 or 2")
-    shared = create_shared_buffers(ctx, tp)
+    torch_path = server_args.device in ("cuda", "torch")
+    if tp > 2 and not torch_path:
+        raise ValueError("sglang_mini on CPU supports tp_size 1 or 2 (the torch path takes any)")
+    # the numpy workers all-reduce through shared memory; torch workers through torch.distributed
+    shared = None if torch_path else create_shared_buffers(ctx, tp)
     procs, ctrls = [], []
     for rank in range(tp):
         parent, child = ctx.Pipe(duplex=True)
@@ -94,6 +96,8 @@ def run_scheduler_process(server_args, rank: int, shared, ctrl) -> None:
         while True:
             cmd, payload = ctrl.recv()
             if cmd == "exit":
+                if hasattr(runner, "close"):      # torch.distributed: leave the group cleanly
+                    runner.close()
                 break
             if cmd == "run":
                 gc.collect()

@@ -10,14 +10,23 @@ What the attention backend allows comes from ``layers/attention/mla_backend.py``
 ``KV_LAYOUT`` (contiguous, or the paged gather-then-cast layout) and ``can_run_graph``.
 The torch runner does not import numpy model code; weights come from a seeded torch
 generator on the device (different numbers from the CPU model, same structure).
+
+Tensor parallelism (``tp_size`` > 1) is expert parallelism, as in the CPU model: one
+process per GPU, attention replicated, each rank owning ``num_experts / tp`` experts, and
+the MoE output summed over the ranks with a torch.distributed all-reduce (NCCL on GPUs, gloo
+on CPU), captured inside the CUDA graphs like the rest of the step. NCCL reads its
+configuration (NCCL_ALGO, NCCL_PROTO, NCCL_P2P_LEVEL, ...) from each rank's own
+environment, so only variables that reached the worker processes change what it does.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import time
 
 import torch
+import torch.distributed as dist
 
 from ..layers.attention import mla_backend
 from ..layers.moe import topk as topk_mod
@@ -33,9 +42,12 @@ def _rms_norm(x):
 
 
 class _Weights:
-    """Seeded weights on the device, shaped like the CPU model's (see deepseek_v2.init_weights)."""
+    """Seeded weights on the device, shaped like the CPU model's (see deepseek_v2.init_weights).
 
-    def __init__(self, a, device):
+    Every rank draws the same full set (same seed) and keeps its experts' slice of the MoE.
+    """
+
+    def __init__(self, a, device, rank: int = 0, tp: int = 1):
         from ..models.deepseek_v2 import RESIDUAL_SCALE
         g = torch.Generator(device=device).manual_seed(a.seed)
         H, V, L, E, F = a.hidden_size, a.vocab_size, a.num_layers, a.num_experts, a.moe_intermediate_size
@@ -66,6 +78,10 @@ class _Weights:
                 o=mat(nh * dh, H, fan_in=nh * dh, scale=s),
                 gate=mat(H, E, fan_in=H, scale=4.0),
                 w1=mat(E, H, F, fan_in=H), w2=mat(E, F, H, fan_in=F, scale=s * 2.0)))
+        lo, hi = rank * E // tp, (rank + 1) * E // tp
+        for lw in self.layers:
+            lw["w1"], lw["w2"] = lw["w1"][lo:hi].clone(), lw["w2"][lo:hi].clone()
+        self.experts = slice(lo, hi)
         self.draft = dict(fc=mat(3 * H, H, fan_in=3 * H, scale=0.3 * gain), w1=mat(H, 2 * H, fan_in=H),
                           w2=mat(2 * H, H, fan_in=2 * H, scale=0.9 * gain))
 
@@ -103,14 +119,27 @@ class _KVCache:
 
 class TorchModelRunner:
     def __init__(self, args, rank: int):
-        if args.tp_size != 1:
-            raise ValueError("the CUDA path runs tp_size=1 (one GPU)")
         if not torch.cuda.is_available() and args.device == "cuda":
             raise RuntimeError("--device cuda but torch sees no GPU")
         self.args = a = args
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.rank, self.tp = rank, max(1, a.tp_size)
+        if torch.cuda.is_available() and a.device == "cuda":
+            if torch.cuda.device_count() < self.tp:
+                raise RuntimeError(f"--tp-size {self.tp} needs {self.tp} GPUs; torch sees "
+                                   f"{torch.cuda.device_count()}")
+            self.device = torch.device("cuda", rank)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        if self.tp > 1:
+            cuda = self.device.type == "cuda"
+            # device_id: create the NCCL communicator now, before any graph capture
+            dist.init_process_group("nccl" if cuda else "gloo", init_method=a.dist_init_addr,
+                                    rank=rank, world_size=self.tp,
+                                    timeout=datetime.timedelta(seconds=120),
+                                    device_id=self.device if cuda else None)
         torch.manual_seed(a.seed)
-        self.w = _Weights(a, self.device)
+        self.w = _Weights(a, self.device, rank, self.tp)
         self.cache = _KVCache(a, self.device)
         self.scale = 1.0 / math.sqrt(a.head_dim + a.kv_lora_rank)
         backend = mla_backend.MLAAttentionBackend(1, 1, 1, 1)     # just for its capability table
@@ -131,7 +160,23 @@ class TorchModelRunner:
         self._capture_graphs()
 
     def describe_comm(self) -> str:
-        return "none (tp=1)"
+        if self.tp == 1:
+            return "none (tp=1)"
+        if self.device.type != "cuda":
+            return f"gloo (tp={self.tp})"
+        # what this rank's environment asks NCCL for ("auto": NCCL's own tuning decides)
+        algo = os.environ.get("NCCL_ALGO") or "auto"
+        proto = os.environ.get("NCCL_PROTO") or "auto"
+        return f"nccl {algo}/{proto} (tp={self.tp})"
+
+    def close(self) -> None:
+        if self.tp > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+    def _all_reduce(self, x):
+        if self.tp > 1:
+            dist.all_reduce(x)
+        return x
 
     # -- model pieces --------------------------------------------------------------------
     def _route(self, x, lw):
@@ -152,10 +197,11 @@ class TorchModelRunner:
         return torch.zeros_like(probs).scatter_(1, ids, w).to(DTYPE)             # dense [T, E]
 
     def _moe(self, x, lw):
-        route = self._route(x, lw)
+        """This rank's experts' share of the MoE output, summed over the ranks."""
+        route = self._route(x, lw)[:, self.w.experts]
         h1 = torch.nn.functional.silu(torch.einsum("th,ehf->tef", x, lw["w1"]))
         y = torch.einsum("tef,efh->teh", h1, lw["w2"])
-        return torch.einsum("te,teh->th", route, y)
+        return self._all_reduce(torch.einsum("te,teh->th", route, y).contiguous())
 
     def _attn_static(self, i, x, positions):
         """Graph-capturable: fixed shapes, whole cache, positions masked."""
@@ -264,6 +310,8 @@ class TorchModelRunner:
             pool = g.pool()
             self.graphs[name] = g
         torch.cuda.synchronize()
+        if self.tp > 1:
+            dist.barrier(device_ids=[self.device.index])
 
     # -- decoding ----------------------------------------------------------------------
     @torch.inference_mode()
