@@ -27,7 +27,10 @@ probe)
   (cd "$tree" && PYTHONPATH=$tree/python NCCL_DEBUG=INFO NCCL_PROTO=Simple timeout 170 \
      python3 -m sglang_mini.bench_serving --device cuda --tp-size 2 --speculative-algorithm EAGLE3 \
        --num-prompts 4 --output-len 96 --warmup-requests 1) > "$OUT/direct_tp2.txt" 2>&1
-  echo "direct tp=2 run: exit $?"; grep -E "throughput|Verify|Cuda graph|All-reduce|NCCL version|set by environment|Init COMPLETE" "$OUT/direct_tp2.txt" | head -30
+  rc=$?
+  echo "direct tp=2 run: exit $rc"
+  grep -E "throughput|Verify|Cuda graph|All-reduce|NCCL version|set by environment|Init COMPLETE" "$OUT/direct_tp2.txt" | head -30
+  [ $rc = 0 ] || { tail -40 "$OUT/direct_tp2.txt"; exit 1; }     # no point in the later phases
   ;;
 run)
   "${BL[@]}" run "$EXP" --repeat 3 \
