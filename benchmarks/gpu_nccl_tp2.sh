@@ -2,7 +2,7 @@
 # The NCCL story on two GPUs (docs/gpu.md, section 5): run from the repository root on a host
 # with 2 GPUs and torch, e.g.
 #   bash benchmarks/gpu_nccl_tp2.sh OUT probe run       # facts, one direct run, the env sweep
-#   bash benchmarks/gpu_nccl_tp2.sh OUT attribute       # bisect-lab attribute on the NCCL factors
+#   bash benchmarks/gpu_nccl_tp2.sh OUT attribute       # the NCCL factor alone, then bisect-lab attribute
 # Everything it prints is also kept under OUT (transcripts, the results database, reports).
 set -uo pipefail
 OUT=${1:?usage: gpu_nccl_tp2.sh OUT PHASE...}; shift
@@ -40,8 +40,11 @@ run)
   "${BL[@]}" report latest --format html --out "$OUT/run_tp2.html"
   ;;
 attribute)
-  "${BL[@]}" attribute "$EXP" --good "${GOOD:-only nccl}" \
-      --bad "${BAD:-only nccl oea sm120 NCCL_PROTO=Simple NCCL_ALGO=Ring}" --max-trials "${MAX_TRIALS:-36}" 2>&1 | tee "$OUT/attribute_tp2.txt"
+  # first the NCCL factor on its own (a few trials): does it run, and how large is it?
+  "${BL[@]}" run "$EXP" --repeat 2 --patches "only nccl" --patches "only nccl NCCL_P2P_DISABLE=1" 2>&1 | tee "$OUT/check_tp2.txt"
+  timeout -s INT "${ATTR_TIMEOUT:-440}" "${BL[@]}" attribute "$EXP" --good "${GOOD:-only nccl OEA_ENABLE=1}" \
+      --bad "${BAD:-only nccl oea sm120 OEA_ENABLE=1 NCCL_P2P_DISABLE=1 NCCL_ALGO=Ring}" \
+      --max-trials "${MAX_TRIALS:-40}" 2>&1 | tee "$OUT/attribute_tp2.txt"
   "${BL[@]}" report latest --format html --out "$OUT/attribute_tp2.html"
   ;;
 *) echo "unknown phase $phase (probe, run, attribute)"; exit 2 ;;

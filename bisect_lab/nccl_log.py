@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 
 _VERSION = re.compile(r"NCCL INFO NCCL version ([0-9][\w.+-]*)")
-_SET_BY_ENV = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+)")
-_INIT = re.compile(r"NCCL INFO comm \S+ rank (\d+) nranks (\d+).*Init COMPLETE")
+# NCCL ends some of these lines with a period ("NCCL_NVLS_ENABLE set by environment to 0.")
+_SET_BY_ENV = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+?)\.?\s*$")
+# "NCCL INFO comm 0x.. rank 0 nranks 2 ... Init COMPLETE" (2.21) or
+# "NCCL INFO ncclCommInitRankConfig comm 0x.. rank 0 nranks 2 ... Init COMPLETE" (2.28)
+_INIT = re.compile(r"NCCL INFO (?:\w+ )?comm \S+ rank (\d+) nranks (\d+).*Init COMPLETE")
 _RANK_PREFIX = re.compile(r"\[(\d+)\] NCCL INFO")
 _DEMO_ALLREDUCE = re.compile(r"\[tp(\d+)\] NCCL INFO all-reduce (\S+)")
 

@@ -132,6 +132,9 @@ class TorchModelRunner:
         else:
             self.device = torch.device("cpu")
         if self.tp > 1:
+            # Rank 0 hosts the rendezvous store; once it has left, the other ranks' NCCL
+            # heartbeat monitor would poll the dead store for seconds, holding up shutdown.
+            os.environ.setdefault("TORCH_NCCL_ENABLE_MONITORING", "0")
             cuda = self.device.type == "cuda"
             # device_id: create the NCCL communicator now, before any graph capture
             dist.init_process_group("nccl" if cuda else "gloo", init_method=a.dist_init_addr,
@@ -167,11 +170,16 @@ class TorchModelRunner:
         # what this rank's environment asks NCCL for ("auto": NCCL's own tuning decides)
         algo = os.environ.get("NCCL_ALGO") or "auto"
         proto = os.environ.get("NCCL_PROTO") or "auto"
-        return f"nccl {algo}/{proto} (tp={self.tp})"
+        return f"nccl/{algo}/{proto} (tp={self.tp})"
 
     def close(self) -> None:
         if self.tp > 1 and dist.is_initialized():
+            dist.barrier()                 # nobody leaves while a peer still reduces
             dist.destroy_process_group()
+        # NCCL writes its NCCL_DEBUG lines with C stdio, and a spawned worker ends in
+        # os._exit, which drops whatever is still buffered (rank 0's "Init COMPLETE" was lost)
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
 
     def _all_reduce(self, x):
         if self.tp > 1:
