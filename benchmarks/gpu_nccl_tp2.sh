@@ -41,6 +41,7 @@ run)
   ;;
 attribute)
   # first the NCCL factor on its own (a few trials): does it run, and how large is it?
+  [ -n "${SKIP_CHECK:-}" ] ||
   "${BL[@]}" run "$EXP" --repeat 2 --patches "only nccl" --patches "only nccl NCCL_P2P_DISABLE=1" 2>&1 | tee "$OUT/check_tp2.txt"
   timeout -s INT "${ATTR_TIMEOUT:-440}" "${BL[@]}" attribute "$EXP" --good "${GOOD:-only nccl OEA_ENABLE=1}" \
       --bad "${BAD:-only nccl,oea,sm120 OEA_ENABLE=1 NCCL_P2P_DISABLE=1 NCCL_ALGO=Ring}" \
