@@ -2,6 +2,7 @@
 # The NCCL story on two GPUs (docs/gpu.md, section 5): run from the repository root on a host
 # with 2 GPUs and torch, e.g.
 #   bash benchmarks/gpu_nccl_tp2.sh OUT probe run       # facts, one direct run, the env sweep
+#   bash benchmarks/gpu_nccl_tp2.sh OUT propagation     # NCCL_P2P_DISABLE=1 with and without the propagation patch
 #   bash benchmarks/gpu_nccl_tp2.sh OUT attribute       # the NCCL factor alone, then bisect-lab attribute
 # Everything it prints is also kept under OUT (transcripts, the results database, reports).
 set -uo pipefail
@@ -39,6 +40,12 @@ run)
       --patches "none NCCL_PROTO=Simple NCCL_P2P_LEVEL=LOC" 2>&1 | tee "$OUT/run_tp2.txt"
   "${BL[@]}" report latest --format html --out "$OUT/run_tp2.html"
   ;;
+propagation)
+  # the story's question: does NCCL tuning reach the workers, and does it matter?
+  "${BL[@]}" run "$EXP" --repeat 2 --patches "only nccl" --patches "none NCCL_P2P_DISABLE=1" \
+      --patches "only nccl NCCL_P2P_DISABLE=1" 2>&1 | tee "$OUT/propagation_tp2.txt"
+  "${BL[@]}" report latest --format html --out "$OUT/propagation_tp2.html"
+  ;;
 attribute)
   # first the NCCL factor on its own (a few trials): does it run, and how large is it?
   [ -n "${SKIP_CHECK:-}" ] ||
@@ -48,6 +55,6 @@ attribute)
       --max-trials "${MAX_TRIALS:-40}" 2>&1 | tee "$OUT/attribute_tp2.txt"
   "${BL[@]}" report latest --format html --out "$OUT/attribute_tp2.html"
   ;;
-*) echo "unknown phase $phase (probe, run, attribute)"; exit 2 ;;
+*) echo "unknown phase $phase (probe, run, propagation, attribute)"; exit 2 ;;
 esac
 done
