@@ -3,7 +3,8 @@
 # with 2 GPUs and torch, e.g.
 #   bash benchmarks/gpu_nccl_tp2.sh OUT probe run       # facts, one direct run, the env sweep
 #   bash benchmarks/gpu_nccl_tp2.sh OUT propagation     # NCCL_P2P_DISABLE=1 with and without the propagation patch
-#   bash benchmarks/gpu_nccl_tp2.sh OUT attribute       # the NCCL factor alone, then bisect-lab attribute
+#   bash benchmarks/gpu_nccl_tp2.sh OUT check           # the NCCL factor alone, and what NCCL said per trial
+#   bash benchmarks/gpu_nccl_tp2.sh OUT attribute       # bisect-lab attribute: patch and NCCL factors
 # Everything it prints is also kept under OUT (transcripts, the results database, reports).
 set -uo pipefail
 OUT=${1:?usage: gpu_nccl_tp2.sh OUT PHASE...}; shift
@@ -46,15 +47,23 @@ propagation)
       --patches "only nccl NCCL_P2P_DISABLE=1" 2>&1 | tee "$OUT/propagation_tp2.txt"
   "${BL[@]}" report latest --format html --out "$OUT/propagation_tp2.html"
   ;;
-attribute)
-  # first the NCCL factor on its own (a few trials): does it run, and how large is it?
-  [ -n "${SKIP_CHECK:-}" ] ||
+check)
+  # the NCCL factor on its own (a few trials): does it run, and how large is it?
   "${BL[@]}" run "$EXP" --repeat 2 --patches "only nccl" --patches "only nccl NCCL_P2P_DISABLE=1" 2>&1 | tee "$OUT/check_tp2.txt"
+  python3 - "$OUT/results" <<'PY'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1] + "/bisect-lab.sqlite")
+for arm, extra in db.execute("SELECT arm, extra FROM trials ORDER BY campaign, trial"):
+    n = json.loads(extra).get("nccl", {})
+    print(f"{arm:45.45} NCCL {n.get('version')} ranks {n.get('ranks')} env {n.get('env')}")
+PY
+  ;;
+attribute)
   timeout -s INT "${ATTR_TIMEOUT:-440}" "${BL[@]}" attribute "$EXP" --good "${GOOD:-only nccl OEA_ENABLE=1}" \
       --bad "${BAD:-only nccl,oea,sm120 OEA_ENABLE=1 NCCL_P2P_DISABLE=1 NCCL_ALGO=Ring}" \
       --max-trials "${MAX_TRIALS:-40}" 2>&1 | tee "$OUT/attribute_tp2.txt"
   "${BL[@]}" report latest --format html --out "$OUT/attribute_tp2.html"
   ;;
-*) echo "unknown phase $phase (probe, run, propagation, attribute)"; exit 2 ;;
+*) echo "unknown phase $phase (probe, run, propagation, check, attribute)"; exit 2 ;;
 esac
 done

@@ -69,7 +69,8 @@ def nccl_warnings(info: dict, expected: dict[str, str | None]) -> list[str]:
         got = seen.get(var)
         if got is None:
             if real:
-                out.append(f"NCCL did not report {var} from the environment (expected {value})")
+                out.append(f"NCCL never mentioned {var} (expected {value}): it reads some variables only "
+                           "when it needs them, and a misspelt one never")
         elif any(g != value for g in got):
             out.append(f"NCCL reported {var}={'/'.join(got)}, the arm set {value}")
     return out

@@ -22,7 +22,8 @@ def test_real_nccl_info_lines():
     assert info["ranks"] == [0, 1] and info["nranks"] == 2 and info["lines"] == 8
     assert nccl_warnings(info, {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_NVLS_ENABLE": "0"}) == []
     w = nccl_warnings(info, {"NCCL_PROTO": "Simple", "NCCL_P2P_LEVEL": "SYS", "OTHER": "1"})
-    assert w == ["NCCL did not report NCCL_P2P_LEVEL from the environment (expected SYS)",
+    assert w == ["NCCL never mentioned NCCL_P2P_LEVEL (expected SYS): it reads some variables only when it "
+                 "needs them, and a misspelt one never",
                  "NCCL reported NCCL_PROTO=LL, the arm set Simple"]
 
 

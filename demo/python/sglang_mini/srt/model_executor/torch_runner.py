@@ -117,6 +117,18 @@ class _KVCache:
         return gathered.reshape(-1, gathered.shape[-1])[:end].to(DTYPE)
 
 
+def _line_buffered_c_stdout() -> None:
+    """NCCL logs with C stdio. All ranks share the benchmark's stdout, and block-buffered
+    writes split lines between ranks ("Init COMPLETE" of one rank lost inside another's
+    block); one write per line keeps every line whole."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None)
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 1, 0)     # 1 = _IOLBF
+    except (OSError, ValueError, AttributeError):
+        pass          # not glibc: lines may interleave, nothing worse
+
+
 class TorchModelRunner:
     def __init__(self, args, rank: int):
         if not torch.cuda.is_available() and args.device == "cuda":
@@ -135,6 +147,8 @@ class TorchModelRunner:
             # Rank 0 hosts the rendezvous store; once it has left, the other ranks' NCCL
             # heartbeat monitor would poll the dead store for seconds, holding up shutdown.
             os.environ.setdefault("TORCH_NCCL_ENABLE_MONITORING", "0")
+            if os.environ.get("NCCL_DEBUG"):
+                _line_buffered_c_stdout()
             cuda = self.device.type == "cuda"
             # device_id: create the NCCL communicator now, before any graph capture
             dist.init_process_group("nccl" if cuda else "gloo", init_method=a.dist_init_addr,
