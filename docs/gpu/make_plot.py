@@ -1,7 +1,10 @@
 """Plot the demo's GPU ground truth (docs/gpu/demo_gpu_raw.json, measured on an H200) and the
 GPU attribution campaign's trials in run order (docs/gpu/attribute_gpu_*.sqlite).
 
-    python docs/gpu/make_plot.py      # writes docs/gpu/demo_gpu.png
+    python docs/gpu/make_plot.py      # writes docs/gpu/demo_gpu.png and docs/gpu/demo_gpu_tp2.png
+
+The second figure is the two-GPU run (docs/gpu.md, section 5): TPOT per arm of the NCCL env sweep
+and of the propagation check, and the attribution campaign's trials in run order.
 """
 import json
 import sqlite3
@@ -46,5 +49,48 @@ def main():
     fig.savefig(HERE / "demo_gpu.png", dpi=110)
 
 
+def _trials(db_name: str, kind: str, metric: str):
+    db = sqlite3.connect(HERE / db_name)
+    rows = db.execute("SELECT t.trial, t.arm, t.status, t.metrics FROM trials t JOIN campaigns c ON c.id = t.campaign "
+                      "WHERE c.kind = ? ORDER BY t.campaign, t.trial", (kind,)).fetchall()
+    return [(trial, arm, json.loads(m).get(metric)) for trial, arm, status, m in rows if status == "ok"]
+
+
+def _short(arm: str) -> str:
+    """'all-minus mla-gather-cast,sm120-fixes ENV' -> 'nccl,oea ENV' (the optional patches present)."""
+    words = arm.split()
+    if words[0] == "all-minus":
+        gone = set(words[1].split(","))
+        kept = [short for name, short in (("oea-topk", "oea"), ("nccl-env-propagation", "nccl"),
+                                          ("sm120-fixes", "sm120"), ("mla-gather-cast", "mla")) if name not in gone]
+        words = ["only " + ",".join(kept)] + words[2:]
+    return " ".join(words).replace("nccl-env-propagation", "nccl")
+
+
+def tp2():
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    groups: dict[str, list[float]] = {}
+    for _, arm, v in _trials("tp2_env_sweep.sqlite", "run", "mean_tpot_ms") + _trials("tp2_attribute2.sqlite", "run", "mean_tpot_ms"):
+        groups.setdefault(_short(arm), []).append(v)
+    for i, (arm, vals) in enumerate(groups.items()):
+        ax1.scatter([i] * len(vals), vals, s=30, alpha=0.8)
+        ax1.hlines(sorted(vals)[len(vals) // 2], i - 0.25, i + 0.25, color="black")
+    ax1.set_xticks(range(len(groups)), list(groups), rotation=25, ha="right", fontsize=7)
+    ax1.set_ylabel("mean TPOT (ms, lower is better)")
+    ax1.set_title("tp=2 on two H200s: NCCL env sweep and propagation check", fontsize=9)
+    colors: dict[str, str] = {}
+    for trial, arm, v in _trials("tp2_attribute2.sqlite", "attribute", "mean_tpot_ms"):
+        a = _short(arm)
+        c = colors.setdefault(a, f"C{len(colors) % 10}")
+        ax2.scatter(trial, v, color=c, label=a if a not in ax2.get_legend_handles_labels()[1] else None)
+    ax2.set_xlabel("trial (run order)")
+    ax2.set_ylabel("mean TPOT (ms)")
+    ax2.set_title("bisect-lab attribute, tp=2 (round 2): culprits oea-topk + env:NCCL_P2P_DISABLE", fontsize=9)
+    ax2.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    fig.savefig(HERE / "demo_gpu_tp2.png", dpi=110)
+
+
 if __name__ == "__main__":
     main()
+    tp2()
