@@ -708,7 +708,10 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
     effects = []
     for k, (lab, kind) in enumerate(zip(labels, kinds)):
         p = float(2 * st.t.sf(abs(beta[k]) / se[k], dfree)) if se[k] > 0 else float("nan")
-        est = RatioEstimate(math.exp(beta[k]), math.exp(beta[k] - q * se[k]), math.exp(beta[k] + q * se[k]), p)
+        # a near-singular fit on a few wild values can put the bounds past exp's range: inf, not a crash
+        with np.errstate(over="ignore"):
+            lo_r, mid, hi_r = (float(x) for x in np.exp([beta[k] - q * se[k], beta[k], beta[k] + q * se[k]]))
+        est = RatioEstimate(mid, lo_r, hi_r, p)
         sh = shares[:, k][np.isfinite(shares[:, k])]
         lo, hi = (np.quantile(sh, [alpha / 2, 1 - alpha / 2]) if sh.size else (np.nan, np.nan))
         effects.append(FactorEffect(lab, kind, est, float(beta[k] / total) if total else float("nan"),
