@@ -33,6 +33,10 @@ RESIDUAL_MAX = 8          # ... and at most, while the comparison stays undecide
 # checks them). A hard 60% cut made a lone 2% culprit run out of budget in 15% of runs.
 STAGE_SHARE = 0.85
 STAGE_SOFT_SHARE = 0.6
+# A residual of twice min_effect must be implausible at this one-sided z before a thorough check
+# clears it (0.84: 80%), and a quick screen of one culprit looks closer beyond SCREEN_Z se.
+RESIDUAL_Z = 0.84
+SCREEN_Z = 2.0
 SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
 _BUDGET_WARNINGS = ("budget ran out before one explanation was clear", "budget of ")
 
@@ -179,10 +183,14 @@ class StagedAttribution:
         if self.max_trials - self.trials <= 0:
             self._final = self._combine()
             return []
-        if not self._suspicious(g, b):
+        # A stage that named several factors, or that handed over unconfirmed, may have named part
+        # of a pattern (one member of a pair beside a bigger culprit): look properly before clearing.
+        thorough = v.status != "culprits" or len(stage_named) >= 2
+        short = len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS
+        if not (thorough and short) and not self._suspicious(g, b):
             self._final = self._combine()
             return []
-        if len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS:
+        if short:
             want = [named] * max(0, RESIDUAL_REPEATS - len(g)) + [bad] * max(0, RESIDUAL_REPEATS - len(b))
             # alternate the two arms so that drift cannot masquerade as a residual
             order = [a for pair in zip([named] * RESIDUAL_REPEATS, [bad] * RESIDUAL_REPEATS) for a in pair]
@@ -190,15 +198,23 @@ class StagedAttribution:
             return batch[: max(1, min(2, self.max_trials - self.trials))]
         c = compare(_winsorized(g), _winsorized(b), higher_is_better=self.higher_is_better,
                     min_effect=self.min_effect, alpha=self.alpha)
-        if (c.verdict != "same" and c.p_value < 0.2 and min(len(g), len(b)) < RESIDUAL_MAX
-                and self.max_trials - self.trials >= 2):
-            return [named, bad]           # a hint of a residual: look closer before deciding
         # A new stage costs a whole good-vs-bad confirmation: start one only when the residual's
         # interval lies beyond the minimum effect, not merely beyond 1.
         bound = c.ci_high if self.higher_is_better else 1 / c.ci_low
+        beyond = c.regression and bound < 1 - self.min_effect
+        if thorough:
+            # sequential: look again until a residual is shown, or one of twice the minimum effect
+            # is implausible (80% one-sided), at the campaign's own noise
+            d = -math.log(c.ratio) if self.higher_is_better else math.log(c.ratio)
+            se = (math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
+            unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
+        else:
+            unsure = c.verdict != "same" and c.p_value < 0.2
+        if unsure and min(len(g), len(b)) < RESIDUAL_MAX and self.max_trials - self.trials >= 2:
+            return [named, bad]           # a hint of a residual: look closer before deciding
         point = c.ratio if self.higher_is_better else 1 / c.ratio
         looked = min(len(g), len(b)) >= RESIDUAL_MAX
-        if c.regression and (bound < 1 - self.min_effect or (looked and point < 1 - 2 * self.min_effect)):
+        if beyond or (c.regression and looked and point < 1 - 2 * self.min_effect):
             self.notes.append(f"after naming {', '.join(sorted(named))}, 'bad' was still "
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
@@ -216,7 +232,8 @@ class StagedAttribution:
             return False
         if len(g) >= RESIDUAL_REPEATS and len(b) >= RESIDUAL_REPEATS:
             return True
-        return abs(math.log(r)) > max(self.min_effect, 2.0 * self._noise())
+        se = self._noise() * math.sqrt(1 / len(g) + 1 / len(b))
+        return abs(math.log(r)) > max(self.min_effect, SCREEN_Z * se)
 
     def _noise(self) -> float:
         """Robust log-scale spread of the arms measured more than once (the campaign's noise).
