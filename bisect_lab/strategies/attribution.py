@@ -692,13 +692,20 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = sm.OLS(y, D).fit(cov_type="HC3")
+        pooled = np.asarray(sm.OLS(y, D).fit().cov_params())[1:, 1:]
     beta = np.asarray(fit.params)[1:]
     cov = np.asarray(fit.cov_params())[1:, 1:]
     if not np.all(np.isfinite(cov)):
         cov = np.nan_to_num(cov, nan=0.0)
+    # HC3 guards against arms of unequal noise, but an arm measured twice carries a variance
+    # estimate of one degree of freedom: two close values made a -4.5% term look certain. The
+    # pooled (classical) error is the floor.
+    pooled = np.nan_to_num(pooled, nan=0.0)
+    se = np.sqrt(np.maximum(np.maximum(np.diag(cov), np.diag(pooled)), 0))
+    if np.trace(pooled) > np.trace(cov):
+        cov = pooled
     dfree = max(1, len(y) - D.shape[1])
     q = st.t.ppf(1 - alpha / 2, dfree)
-    se = np.sqrt(np.maximum(np.diag(cov), 0))
     total = beta.sum()
     rng = np.random.default_rng(seed)       # local: a verdict must not move a strategy's rng
     draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")

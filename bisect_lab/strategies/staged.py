@@ -37,6 +37,8 @@ STAGE_SOFT_SHARE = 0.6
 # clears it (0.84: 80%), and a quick screen of one culprit looks closer beyond SCREEN_Z se.
 RESIDUAL_Z = 0.84
 SCREEN_Z = 2.0
+DECOMPOSE_REPEATS = 2     # "good plus one culprit" measurements that let the joint re-fit tell pairs apart
+DECOMPOSE_MAX = 4         # ... for at most this many culprits (2 x 4 trials)
 SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
 _BUDGET_WARNINGS = ("budget ran out before one explanation was clear", "budget of ")
 
@@ -170,26 +172,23 @@ class StagedAttribution:
         v = self.verdicts[-1]
         stage_named = self._named(v)
         if not stage_named or len(self.stages) >= self.max_stages:
-            if len(self.stages) > 1 and v.status == "inconclusive":
-                self.notes.append("a residual regression could not be attributed within the budget")
-            self._final = self._combine()
-            return []
+            note = "a residual regression could not be attributed within the budget"
+            if len(self.stages) > 1 and v.status == "inconclusive" and note not in self.notes:
+                self.notes.append(note)
+            return self._finish()
         named = base | frozenset(stage_named)
         if named == frozenset(self.factors):
-            self._final = self._combine()
-            return []
+            return self._finish()
         bad = frozenset(self.factors)
         g, b = self._values(named), self._values(bad)
         if self.max_trials - self.trials <= 0:
-            self._final = self._combine()
-            return []
+            return self._finish()
         # A stage that named several factors, or that handed over unconfirmed, may have named part
         # of a pattern (one member of a pair beside a bigger culprit): look properly before clearing.
         thorough = v.status != "culprits" or len(stage_named) >= 2
         short = len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS
         if not (thorough and short) and not self._suspicious(g, b):
-            self._final = self._combine()
-            return []
+            return self._finish()
         if short:
             want = [named] * max(0, RESIDUAL_REPEATS - len(g)) + [bad] * max(0, RESIDUAL_REPEATS - len(b))
             # alternate the two arms so that drift cannot masquerade as a residual
@@ -219,8 +218,37 @@ class StagedAttribution:
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
             return []
+        return self._finish()
+
+    def _finish(self) -> list[frozenset[str]]:
+        """Answer, once the culprits of several stages can be told apart (see _decomposition)."""
+        more = self._decomposition()
+        if more:
+            return more
         self._final = self._combine()
         return []
+
+    def _decomposition(self) -> list[frozenset[str]]:
+        """Arms that let the joint re-fit tell each culprit's own effect from its pairs'.
+
+        Stages search inside their own good arm: the story's stage 1 may name OEA_ENABLE beside
+        mla-gather-cast and stage 2 oea-topk, with no arm ever measured that has one of the pair
+        without the other. Then "OEA_ENABLE: -12% on its own" would be reported, when the truth is
+        "only with oea-topk". "Good plus that culprit alone", measured twice for each culprit,
+        separates them (a handful of trials, only after several stages: a single confirmed stage
+        measured its own decomposition)."""
+        if len(self.verdicts) < 2 and not (self.verdicts and self.verdicts[0].status != "culprits"):
+            return []                 # one confirmed stage: its own effects already separate them
+        culprits = sorted({c for k, v in enumerate(self.verdicts) for c in self._named(v, k)})
+        if not 2 <= len(culprits) <= DECOMPOSE_MAX:
+            return []
+        left = self.max_trials - self.trials
+        want = []
+        for c in culprits:
+            want += [frozenset((c,))] * max(0, DECOMPOSE_REPEATS - len(self._values(frozenset((c,)))))
+        # interleaved, a culprit at a time, so that drift spreads over all of them
+        order = sorted(range(len(want)), key=lambda i: (want[:i].count(want[i]), i))
+        return [want[i] for i in order][: max(0, min(2, left))]
 
     def _suspicious(self, g: list[float], b: list[float]) -> bool:
         """Is "good plus culprits" possibly better than "bad" by a material amount?"""
