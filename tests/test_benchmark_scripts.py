@@ -27,3 +27,10 @@ def test_attribution_benchmark_smoke():
     out = run("benchmarks/simulate_attribution.py", "--only", "one25", "--reps", "2", "--no-baseline", "--jobs", "1")
     rows = [l for l in out.splitlines() if l.startswith("one culprit, 25%")]
     assert len(rows) == 3 and all("attribution" in l for l in rows), out
+
+
+def test_demo_shape_simulation_smoke():
+    out = run("benchmarks/simulate_demo_shape.py", "--reps", "3", "--cv", "0.03", "--jobs", "1")
+    m = re.search(r"3 runs: full set (\d+)%, pair reported (\d+)%, exactly 'and' (\d+)%", out)
+    assert m, out
+    assert int(m.group(1)) >= int(m.group(2)) >= int(m.group(3))     # nested rates, as computed
