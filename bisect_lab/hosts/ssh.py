@@ -567,10 +567,15 @@ class SSHHost(Host):
         except Exception as e:
             self._kill_quietly(None, run_id)
             raise HostError(f"{self.name}: running {shell[:120]!r} failed: {e}") from e
+        elapsed = time.monotonic() - t0
+        if r.exited == -1 and elapsed >= timeout_s:
+            # Under load, invoke's timer can close the channel and let the wait return before it
+            # flags the timeout: no exit status at the deadline is the timeout (seen once in CI).
+            self._kill_quietly(None, run_id)
+            return CommandResult(shell, None, r.stdout, r.stderr, elapsed, True, self.name)
         if _no_cwd(r.exited, r.stderr, cwd):
             raise HostError(f"{self.name}: cannot run {shell[:120]!r}: no such directory {cwd}")
-        return CommandResult(shell, r.exited, r.stdout, r.stderr, time.monotonic() - t0,
-                             False, self.name)
+        return CommandResult(shell, r.exited, r.stdout, r.stderr, elapsed, False, self.name)
 
     def quick(self, command: str | Sequence[str], *, timeout_s: float = 30.0, cwd: str | None = None,
               env: Env | None = None) -> CommandResult:
