@@ -143,3 +143,4 @@ def test_effect_fit_of_a_few_wild_values_gives_infinite_bounds_not_a_crash():
     from bisect_lab.strategies.attribution import loglinear_effects
     (eff,) = loglinear_effects([0.0, 1.0, 0.0, 300.0], [np.array([0.0, 0.0, 1.0, 1.0])], ["f"], ["main"])
     assert math.isinf(eff.effect.ci_high) and eff.effect.ci_low >= 0
+

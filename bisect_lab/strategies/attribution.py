@@ -43,6 +43,9 @@ from .hypotheses import AND, FAMILY_NAMES, OR, HypothesisSpace, posterior
 # Standard errors by which the good and bad levels fitted on all measurements must clear
 # min_effect before the search stops interleaving references 1:1 (see _levels_apart).
 LEVELS_APART_Z = 2.0
+# A confirmation arm's single reading further than this (in level spans) beyond good or bad is
+# measured again before it may confirm anything.
+OUTLYING = 0.6
 
 
 class AttributionStrategy(StrategyBase):
@@ -244,7 +247,8 @@ class AttributionStrategy(StrategyBase):
             # most informative arms now) rather than trust a model that the data contradict
             sure = False
             batch = [a for a in confirm]
-            return [batch[int(self.rng.integers(len(batch)))]]
+            lone = [a for a in batch if len(self.values(a)) == 1]
+            return [lone[0] if lone and len(lone) < len(batch) else batch[int(self.rng.integers(len(batch)))]]
         if sure and confirmed and decision == "regression":
             self._outcome = "culprits"
             return []
@@ -360,6 +364,10 @@ class AttributionStrategy(StrategyBase):
                 return False
             position = (float(np.mean(v)) - lv.mu_good) / span
             if (position > 0.5) != (expect > 0.5):
+                return False
+            if v.size == 1 and not -OUTLYING <= position <= 1 + OUTLYING:
+                # one reading far beyond both levels (a stalled trial) confirms nothing: the demo once
+                # "confirmed" oea-topk without its env var from a single reading 75% past "bad"
                 return False
         return True
 
