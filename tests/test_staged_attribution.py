@@ -142,3 +142,24 @@ def test_noisy_machine_still_names_the_whole_pattern():
         right += v.status == "culprits" and set(v.culprits) == {"mla", "oea", "env:OEA"}
         trials.append(v.trials)
     assert right >= 14, (right, trials)
+
+
+def test_decomposition_measures_each_culprit_alone_and_gives_up_on_an_arm_that_fails():
+    """After several stages, "good plus one culprit" is measured (twice) for each culprit so that
+    the pair can be told from its members; an arm that cannot run is given up after a few tries
+    (3 as a confirmation arm inside a stage, 2 in the decomposition), not tried for ever."""
+    for seed in range(4):
+        measure, calls = story(seed=700 + seed)
+
+        def failing(active):
+            return None if active == frozenset({"oea"}) else measure(active)
+        s = StagedAttribution(FACTORS, seed=seed, max_trials=150)
+        from bisect_lab.strategies.base import drive
+        v = drive(s, failing)
+        if len(s.stages) < 2:
+            continue                      # one stage: nothing to decompose
+        alone = [o for o in s.observations if len(o.active) == 1]
+        assert 2 <= sum(o.active == frozenset({"oea"}) for o in alone) <= 5, [sorted(o.active) for o in alone]
+        for c in v.culprits:
+            if c != "oea":
+                assert sum(o.ok and o.active == frozenset({c}) for o in s.observations) >= 2, c

@@ -46,6 +46,7 @@ LEVELS_APART_Z = 2.0
 # A confirmation arm's single reading further than this (in level spans) beyond good or bad is
 # measured again before it may confirm anything.
 OUTLYING = 0.6
+MAX_ARM_FAILURES = 3
 
 
 class AttributionStrategy(StrategyBase):
@@ -238,7 +239,7 @@ class AttributionStrategy(StrategyBase):
             self._outcome = "no-regression"
             return []
         C = frozenset(self.factors[k] for k in best_set)
-        confirm = self.confirmation_arms(C)
+        confirm = self._runnable(self.confirmation_arms(C))
         confirmed = all(len(self.values(a)) >= self.confirm_repeats for a in confirm)
         if sure and confirmed and not self._significant(obs, y, best_set):
             sure = False
@@ -343,6 +344,12 @@ class AttributionStrategy(StrategyBase):
         except (ValueError, np.linalg.LinAlgError):
             return False
 
+    def _runnable(self, arms: list[frozenset[str]]) -> list[frozenset[str]]:
+        """Confirmation arms without those that failed MAX_ARM_FAILURES times and never ran: an arm
+        that cannot run (a patch that only breaks without its partner, say) must not eat the
+        budget; the answer is then confirmed by the arms that can."""
+        return [a for a in arms if self.values(a) or self.failures(a) < MAX_ARM_FAILURES]
+
     def _consistent(self, obs, y, post, best_set) -> bool:
         """Do the confirmation arms sit on the side of the midpoint the named hypothesis predicts?
         (bad minus culprits near good, good plus culprits near bad, and for and/or pairs each
@@ -355,7 +362,7 @@ class AttributionStrategy(StrategyBase):
         if span == 0:
             return False
         C = frozenset(self.factors[k] for k in best_set)
-        for arm in self.confirmation_arms(C):
+        for arm in self._runnable(self.confirmation_arms(C)):
             expect = float(post.space.positions(self._matrix([arm]))[0, h])
             if 0.2 < expect < 0.8:
                 continue                      # additive split: no side to check
@@ -504,8 +511,10 @@ class AttributionStrategy(StrategyBase):
             s[f] = True
             rows += [s, ~s]
         X = np.unique(np.array(rows), axis=0)
-        if exclude:
-            ex = {frozenset(a) for a in exclude}
+        # failures do not move the posterior: an arm that cannot run would be chosen for ever
+        ex = {frozenset(a) for a in exclude} | {o.active for o in self.observations if not o.ok
+                                                and not self._runnable([o.active])}
+        if ex:
             keep = [r for r in X if frozenset(self.factors[f] for f in np.flatnonzero(r)) not in ex]
             if keep:
                 X = np.array(keep)

@@ -205,7 +205,8 @@ class StagedAttribution:
             # sequential: look again until a residual is shown, or one of twice the minimum effect
             # is implausible (80% one-sided), at the campaign's own noise
             d = -math.log(c.ratio) if self.higher_is_better else math.log(c.ratio)
-            se = (math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
+            se = ((math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
+                  if 0 < c.ci_low <= c.ci_high < math.inf else math.inf)
             unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
         else:
             unsure = c.verdict != "same" and c.p_value < 0.2
@@ -245,7 +246,9 @@ class StagedAttribution:
         left = self.max_trials - self.trials
         want = []
         for c in culprits:
-            want += [frozenset((c,))] * max(0, DECOMPOSE_REPEATS - len(self._values(frozenset((c,)))))
+            # failed tries count too: an arm that cannot run is not retried for ever
+            tried = sum(1 for o in self.observations if o.active == frozenset((c,)))
+            want += [frozenset((c,))] * max(0, DECOMPOSE_REPEATS - tried)
         # interleaved, a culprit at a time, so that drift spreads over all of them
         order = sorted(range(len(want)), key=lambda i: (want[:i].count(want[i]), i))
         return [want[i] for i in order][: max(0, min(2, left))]
