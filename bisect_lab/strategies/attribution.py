@@ -678,6 +678,11 @@ class AttributionStrategy(StrategyBase):
         return int(min(self.max_trials, self.trials + math.ceil(more)))
 
 
+    @property
+    def posterior(self):
+        """The posterior over hypotheses after the last ``ask`` (None before the first fit)."""
+        return self._state.get("posterior")
+
     def progress(self) -> dict:
         """A small JSON-able snapshot for progress display: trials, gate, leading candidates."""
         st_ = self._state

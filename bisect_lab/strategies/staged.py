@@ -147,7 +147,7 @@ class StagedAttribution:
         """Past its soft share, the first stage hands over as soon as it is sure of some factor."""
         if self._soft_limit is None or len(self.stages) != 1 or stage.trials < self._soft_limit:
             return False
-        post = getattr(stage, "_state", {}).get("posterior")
+        post = stage.posterior
         return post is not None and float(post.factor_marginals().max()) >= SURE
 
     def _named(self, v: AttributionVerdict, stage: int | None = None) -> list[str]:
