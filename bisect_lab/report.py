@@ -140,10 +140,8 @@ def build_report(store: Store, what: str) -> Report:
     if what in sweep_names(store):
         return _sweep_report(store, what)
     try:
-        if what == "latest" and store.campaigns():
-            c = store.campaigns()[-1]
-        else:
-            c = store.campaign(what)
+        everything = store.campaigns() if what == "latest" else []
+        c = everything[-1] if everything else store.campaign(what)
     except Exception as e:
         names = sweep_names(store)
         recent = [x.id for x in store.campaigns()[-5:]]

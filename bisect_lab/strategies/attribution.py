@@ -344,11 +344,14 @@ class AttributionStrategy(StrategyBase):
         except (ValueError, np.linalg.LinAlgError):
             return False
 
+    def _gave_up(self, arm: frozenset[str]) -> bool:
+        """Failed MAX_ARM_FAILURES times and never ran: an arm that cannot run (a patch that only
+        breaks without its partner, say) must not eat the budget, as a search candidate or as a
+        confirmation arm (the answer is then confirmed by the arms that can run)."""
+        return not self.values(arm) and self.failures(arm) >= MAX_ARM_FAILURES
+
     def _runnable(self, arms: list[frozenset[str]]) -> list[frozenset[str]]:
-        """Confirmation arms without those that failed MAX_ARM_FAILURES times and never ran: an arm
-        that cannot run (a patch that only breaks without its partner, say) must not eat the
-        budget; the answer is then confirmed by the arms that can."""
-        return [a for a in arms if self.values(a) or self.failures(a) < MAX_ARM_FAILURES]
+        return [a for a in arms if not self._gave_up(a)]
 
     def _consistent(self, obs, y, post, best_set) -> bool:
         """Do the confirmation arms sit on the side of the midpoint the named hypothesis predicts?
@@ -512,8 +515,8 @@ class AttributionStrategy(StrategyBase):
             rows += [s, ~s]
         X = np.unique(np.array(rows), axis=0)
         # failures do not move the posterior: an arm that cannot run would be chosen for ever
-        ex = {frozenset(a) for a in exclude} | {o.active for o in self.observations if not o.ok
-                                                and not self._runnable([o.active])}
+        ex = {frozenset(a) for a in exclude} | {o.active for o in self.observations
+                                                if not o.ok and self._gave_up(o.active)}
         if ex:
             keep = [r for r in X if frozenset(self.factors[f] for f in np.flatnonzero(r)) not in ex]
             if keep:
@@ -713,8 +716,9 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
     D = np.column_stack([np.ones(len(y))] + list(cols))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = sm.OLS(y, D).fit(cov_type="HC3")
-        pooled = np.asarray(sm.OLS(y, D).fit().cov_params())[1:, 1:]
+        ols = sm.OLS(y, D).fit()
+        fit = ols.get_robustcov_results(cov_type="HC3")
+        pooled = np.asarray(ols.cov_params())[1:, 1:]
     beta = np.asarray(fit.params)[1:]
     cov = np.asarray(fit.cov_params())[1:, 1:]
     if not np.all(np.isfinite(cov)):
