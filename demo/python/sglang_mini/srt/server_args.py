@@ -41,6 +41,11 @@ class ServerArgs:
     disable_custom_all_reduce: bool = False
     attention_backend: str = "mla"
 
+    @property
+    def uses_torch(self) -> bool:
+        """The torch runner (and torch.distributed between ranks), not the numpy one."""
+        return self.device in ("cuda", "torch")
+
     def resolve(self) -> "ServerArgs":
         """Fill the "auto" values; called once in the engine process."""
         if self.device == "auto":

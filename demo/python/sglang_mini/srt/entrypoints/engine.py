@@ -55,7 +55,7 @@ class Engine:
         env = worker_environment()
         if sa.device == "cuda":
             env.update(GPU_WORKER_ENV)
-        if sa.tp_size > 1 and sa.device in ("cuda", "torch") and not sa.dist_init_addr:
+        if sa.tp_size > 1 and sa.uses_torch and not sa.dist_init_addr:
             sa.dist_init_addr = _free_local_address()
         self.procs, self.ctrls, self._shared = launch_scheduler_processes(sa, env)
         self.workers = [self._recv(c, "ready") for c in self.ctrls]

@@ -51,11 +51,10 @@ def launch_scheduler_processes(server_args, worker_env: dict):
     """
     ctx = mp.get_context("spawn")
     tp = server_args.tp_size
-    torch_path = server_args.device in ("cuda", "torch")
-    if tp > 2 and not torch_path:
+    if tp > 2 and not server_args.uses_torch:
         raise ValueError("sglang_mini on CPU supports tp_size 1 or 2 (the torch path takes any)")
     # the numpy workers all-reduce through shared memory; torch workers through torch.distributed
-    shared = None if torch_path else create_shared_buffers(ctx, tp)
+    shared = None if server_args.uses_torch else create_shared_buffers(ctx, tp)
     procs, ctrls = [], []
     for rank in range(tp):
         parent, child = ctx.Pipe(duplex=True)
@@ -78,7 +77,7 @@ def launch_scheduler_processes(server_args, worker_env: dict):
 
 
 def _build_model_runner(server_args, rank, shared):
-    if server_args.device in ("cuda", "torch"):
+    if server_args.uses_torch:
         from ..model_executor.torch_runner import TorchModelRunner
         return TorchModelRunner(server_args, rank)
     from ..model_executor.model_runner import ModelRunner
