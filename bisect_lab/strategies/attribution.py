@@ -47,6 +47,13 @@ LEVELS_APART_Z = 2.0
 # measured again before it may confirm anything.
 OUTLYING = 0.6
 MAX_ARM_FAILURES = 3
+# After one good and one bad measurement, a difference this many times min_effect starts the search
+# at once: a large culprit is then found and confirmed by the split and confirmation arms, whose
+# values count for the gate under the named hypothesis (two more references would be spent on
+# what the splits show anyway). Smaller differences wait for the usual 2 + 2 references.
+FAST_START = 4.0
+# ... and only for as many trials as a large culprit's splits and confirmation need (plus this many)
+FAST_EXTRA = 2
 
 
 class AttributionStrategy(StrategyBase):
@@ -56,7 +63,10 @@ class AttributionStrategy(StrategyBase):
       min_effect: smallest relative regression of interest (0.02 = 2%).
       alpha: error level of the good-vs-bad gate and of reported intervals.
       stop_probability: posterior probability a culprit set needs before confirmation.
-      initial_repeats: good and bad measurements each before anything else (>= 2).
+      initial_repeats: good and bad measurements each before anything else (>= 1; default 1 when
+        ``batch_size`` is 1, else 2; with 1, the
+        search starts at once only when they differ by ``FAST_START`` x min_effect, else a second
+        pair of references comes first).
       reference_every: once the regression is confirmed, re-measure a reference arm every this
         many trials (drift guard).
       confirm_repeats: measurements of each confirmation arm required at the end.
@@ -67,7 +77,7 @@ class AttributionStrategy(StrategyBase):
 
     def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
                  max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
-                 stop_probability: float = 0.99, initial_repeats: int = 2,
+                 stop_probability: float = 0.99, initial_repeats: int | None = None,
                  reference_every: int = 8, confirm_repeats: int = 1, batch_size: int = 1,
                  n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
@@ -78,7 +88,10 @@ class AttributionStrategy(StrategyBase):
         self.min_effect = float(min_effect)
         self.alpha = float(alpha)
         self.stop_probability = float(stop_probability)
-        self.initial_repeats = max(2, int(initial_repeats))
+        # one trial at a time: one pair first (a large culprit may need no more references); with
+        # several hosts two pairs fill the first batch anyway
+        self.initial_repeats = max(1, int(initial_repeats if initial_repeats is not None
+                                          else (1 if batch_size <= 1 else 2)))
         self.reference_every = max(2, int(reference_every))
         self.confirm_repeats = max(1, int(confirm_repeats))
         self.batch_size = max(1, int(batch_size))
@@ -141,6 +154,15 @@ class AttributionStrategy(StrategyBase):
         members = [h for h in np.flatnonzero(w > 1e-9) if post.space.culprits(int(h)) == tuple(best_set)]
         return max(members, key=lambda k: w[k]) if members else None
 
+    def _level_values(self, obs, y, post, best_set) -> tuple[np.ndarray, np.ndarray] | None:
+        """Log values the named hypothesis places at the good level (position 0) and at the bad
+        level (position 1)."""
+        h = self._leading(post, best_set) if best_set else None
+        if h is None or not obs:
+            return None
+        pos = self.space.positions(self._matrix(o.active for o in obs))[:, h]
+        return np.asarray(y)[pos < 0.01], np.asarray(y)[pos > 0.99]
+
     def _level_gate(self, obs, y, post, best_set):
         """The good-vs-bad gate on every measurement the named hypothesis places at the good level
         (position 0) or the bad level (position 1), not only on the two reference arms: under
@@ -149,12 +171,10 @@ class AttributionStrategy(StrategyBase):
         anything: the posterior, the confirmation arms and the significance guard at alpha / N
         (which corrects for that choice) must agree. Measured cost of that choice: about 1.5% of
         A/A runs name a culprit (tests/test_calibration.py), against 0-1% on the references alone."""
-        h = self._leading(post, best_set) if best_set else None
-        if h is None or not obs:
+        levels = self._level_values(obs, y, post, best_set)
+        if levels is None:
             return None
-        pos = self.space.positions(self._matrix(o.active for o in obs))[:, h]
-        g = np.exp(np.asarray(y)[pos < 0.01])
-        b = np.exp(np.asarray(y)[pos > 0.99])
+        g, b = np.exp(levels[0]), np.exp(levels[1])
         if len(g) < 2 or len(b) < 2:
             return None
         return stats.regression_gate(g, b, higher_is_better=self.higher_is_better,
@@ -414,7 +434,7 @@ class AttributionStrategy(StrategyBase):
     def _reference_due(self, gate, decision: str, post) -> bool:
         """``decision``: the gate's, or "regression" when the pooled gate has decided it."""
         if gate is None:
-            return True
+            return not self._fast_start()
         if decision == "continue":
             # undecided: interleave references with the search; when the regression does not
             # (yet) look like min_effect, spend on the references only (searching a
@@ -427,6 +447,21 @@ class AttributionStrategy(StrategyBase):
         if self._reference_starved():
             return True
         return self._since_reference >= self.reference_every
+
+    def _fast_start(self) -> bool:
+        """One good and one bad measurement so far, differing by ``FAST_START`` x min_effect in
+        the regression's direction: search before measuring the references again."""
+        g, b = self.values(self.good), self.values(self.bad)
+        if not g or not b or min(len(g), len(b)) >= 2 or self._reference_starved():
+            return False
+        # only as long as a large culprit would need (splits plus the confirmation arms): noisy
+        # arms (the H200's 14% CV) must not be searched for long with no noise estimate
+        if self.trials >= 2 + math.ceil(math.log2(len(self.factors) + 1)) + FAST_EXTRA:
+            return False
+        d = math.log(np.mean(g)) - math.log(np.mean(b))
+        if not self.higher_is_better:
+            d = -d
+        return d >= FAST_START * math.log1p(self.min_effect)
 
     def _reference_starved(self) -> bool:
         """An arm measured much more often than a reference is compared to a level that is
@@ -539,7 +574,8 @@ class AttributionStrategy(StrategyBase):
         confidence = float("nan")
         hyp = ""
         candidates: tuple = ()
-        if len({o.active for o in obs}) >= 1 and gate is not None:
+        level_gate = levels = None
+        if len({o.active for o in obs}) >= 1 and (gate is not None or outcome == "culprits"):
             post = self._posterior(obs, y)
             marg = post.factor_marginals()
             candidates = tuple(sorted(((self.factors[k], round(float(marg[k]), 4))
@@ -554,15 +590,21 @@ class AttributionStrategy(StrategyBase):
                 confidence = float(best_p)
                 hyp = FAMILY_NAMES[post.space.family[best_h]]
                 effects, interactions = self._decompose(obs, y, best_set, int(post.space.family[best_h]))
-                confirmation = self._confirmation(obs, y, frozenset(culprits))
-            elif outcome == "inconclusive" and gate.decision == "regression":
+                levels = self._level_values(obs, y, post, best_set)
+                confirmation = self._confirmation(obs, y, frozenset(culprits), levels)
+                if gate is None:
+                    # a fast start (one good, one bad measurement): the regression as the named
+                    # hypothesis sees it, every measurement at the good level against every one
+                    # at the bad level (what the gate decided on)
+                    level_gate = self._level_gate(obs, y, post, best_set)
+            elif outcome == "inconclusive" and gate is not None and gate.decision == "regression":
                 warnings.append("budget ran out before one explanation was clear; leading candidates: "
                                 + ", ".join(f"{n} ({p:.0%})" for n, p in candidates[:3]))
         regression = None
-        if gate is not None:
-            c = gate.comparison
+        if gate is not None or level_gate is not None:
+            c = (gate or level_gate).comparison
             regression = RatioEstimate(c.ratio, c.ci_low, c.ci_high, c.p_value, c.n_a, c.n_b)
-        plan = self._plan_estimate(obs, y)
+        plan = self._plan_estimate(obs, y, levels)
         warnings += self._warnings(obs, y, drift, plan)
         if self._refs_broken():
             warnings.append("the good or bad arm keeps failing; no conclusion possible")
@@ -575,7 +617,7 @@ class AttributionStrategy(StrategyBase):
             warnings=tuple(warnings), failed_trials=self.failed,
             higher_is_better=self.higher_is_better, min_effect=self.min_effect, alpha=self.alpha,
             strategy=self.name, factors=self.factors,
-            extra={"gate": gate.decision if gate else None,
+            extra={"gate": (gate or level_gate).decision if (gate or level_gate) else None,
                    "drift_per_100_trials": (drift.slope * 100 if drift is not None and drift.drifting else 0.0)})
 
     def _decompose(self, obs, y, cset, family):
@@ -610,9 +652,11 @@ class AttributionStrategy(StrategyBase):
                 interactions.append(synergy(names, term, total))
         return tuple(effects), tuple(interactions)
 
-    def _confirmation(self, obs, y, C: frozenset) -> tuple:
+    def _confirmation(self, obs, y, C: frozenset, levels=None) -> tuple:
         g = self._arm_values(obs, y, self.good)
         b = self._arm_values(obs, y, self.bad)
+        if (g.size < 2 or b.size < 2) and levels is not None:
+            g, b = levels            # a fast start: the levels as the named hypothesis places them
         span = b.mean() - g.mean()
         out = []
         for arm, expect in ((self.bad - C, "good"), (C, "bad")):
@@ -627,9 +671,11 @@ class AttributionStrategy(StrategyBase):
                                          float(pos - 1.96 * se), float(pos + 1.96 * se), bool(ok)))
         return tuple(out)
 
-    def _plan_estimate(self, obs, y) -> PlanEstimate:
+    def _plan_estimate(self, obs, y, levels=None) -> PlanEstimate:
         g = np.exp(self._arm_values(obs, y, self.good))
         b = np.exp(self._arm_values(obs, y, self.bad))
+        if (g.size < 2 or b.size < 2) and levels is not None:
+            g, b = np.exp(levels[0]), np.exp(levels[1])     # a fast start: the named levels' noise
         cg = stats.log_cv(g) if g.size >= 2 else float("nan")
         cb = stats.log_cv(b) if b.size >= 2 else float("nan")
         n = None
@@ -680,6 +726,12 @@ class AttributionStrategy(StrategyBase):
             more += 10
         return int(min(self.max_trials, self.trials + math.ceil(more)))
 
+
+    @property
+    def gate_decision(self) -> str | None:
+        """The good-vs-bad gate's decision at the last ``ask`` (None before it could decide)."""
+        gate = self._state.get("gate")
+        return gate.decision if gate is not None else None
 
     @property
     def posterior(self):

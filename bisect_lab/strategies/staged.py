@@ -39,6 +39,11 @@ RESIDUAL_Z = 0.84
 SCREEN_Z = 2.0
 DECOMPOSE_REPEATS = 2     # "good plus one culprit" measurements that let the joint re-fit tell pairs apart
 DECOMPOSE_MAX = 4         # ... for at most this many culprits (2 x 4 trials)
+# A residual stage whose own good-vs-bad gate is still undecided after this many trials of its own
+# ends: the residual is then reported as unattributed. Heavy-tailed noise (the H200's 14% CV) can
+# make "good plus C" look better than "bad" by chance; the stage that follows is an A/A comparison
+# that would need hundreds of trials to say "no regression", and ran to the budget.
+RESIDUAL_PATIENCE = 40
 SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
 _BUDGET_WARNINGS = ("budget ran out before one explanation was clear", "budget of ")
 
@@ -71,6 +76,7 @@ class StagedAttribution:
         self.verdicts: list[AttributionVerdict] = []
         self.notes: list[str] = []
         self._pending: list[frozenset[str]] = []
+        self._stalled: set[int] = set()       # residual stages ended by RESIDUAL_PATIENCE
         self._final: AttributionVerdict | None = None
         self._start(frozenset())
 
@@ -133,6 +139,7 @@ class StagedAttribution:
         last = len(self.stages) + 1 >= self.max_stages
         budget = left if last else max(1, math.ceil(STAGE_SHARE * left))
         seeded = [o for o in self.observations if o.active >= base]
+        self._seeded = len(seeded)
         self._soft_limit = (None if last else
                             len(seeded) + max(1, math.ceil(STAGE_SOFT_SHARE * left)))
         stage = AttributionStrategy(remaining, higher_is_better=self.higher_is_better,
@@ -144,7 +151,14 @@ class StagedAttribution:
         self.stages.append((base, stage))
 
     def _hand_over(self, stage: AttributionStrategy) -> bool:
-        """Past its soft share, the first stage hands over as soon as it is sure of some factor."""
+        """Past its soft share, the first stage hands over as soon as it is sure of some factor;
+        a residual stage ends when its gate has not seen a regression in RESIDUAL_PATIENCE trials."""
+        if len(self.stages) > 1:
+            stalled = (stage.trials - self._seeded >= RESIDUAL_PATIENCE
+                       and stage.gate_decision not in ("regression", "no-regression"))
+            if stalled:
+                self._stalled.add(len(self.stages) - 1)
+            return stalled
         if self._soft_limit is None or len(self.stages) != 1 or stage.trials < self._soft_limit:
             return False
         post = stage.posterior
@@ -172,7 +186,11 @@ class StagedAttribution:
         v = self.verdicts[-1]
         stage_named = self._named(v)
         if not stage_named or len(self.stages) >= self.max_stages:
-            note = "a residual regression could not be attributed within the budget"
+            note = ("a residual regression could not be attributed within the budget"
+                    if len(self.stages) - 1 not in self._stalled else
+                    f"'bad' looked worse than 'good plus {', '.join(sorted(base))}' at first, but the "
+                    f"residual stage's own comparison stayed undecided for {RESIDUAL_PATIENCE} trials: "
+                    "a residual regression, if any, could not be attributed")
             if len(self.stages) > 1 and v.status == "inconclusive" and note not in self.notes:
                 self.notes.append(note)
             return self._finish()
@@ -277,7 +295,18 @@ class StagedAttribution:
             if o.ok:
                 groups.setdefault(o.active, []).append(math.log(o.value))
         mads = [stats.robust_sd(v) for v in groups.values() if len(v) >= 3]
-        return float(np.median(mads)) if mads else 0.0
+        if mads:
+            return float(np.median(mads))
+        # no arm measured three times yet (a large culprit found from 2 + 2 references): the pooled
+        # standard deviation of the pairs. Zero here had made every reading 2% off "bad" look like
+        # a residual and cost a 25% culprit about one trial in three campaigns.
+        pairs = [v for v in groups.values() if len(v) >= 2]
+        dof = sum(len(v) - 1 for v in pairs)
+        if dof:
+            return math.sqrt(sum(float(np.var(v, ddof=1)) * (len(v) - 1) for v in pairs) / dof)
+        # nothing measured twice (a fast start): the first stage's fitted noise
+        post = self.stages[0][1].posterior
+        return float(post.levels.sd_good) if post is not None else 0.0
 
     # ------------------------------------------------------------------ answer
     def _combine(self, provisional: bool = False) -> AttributionVerdict:
@@ -325,7 +354,7 @@ class StagedAttribution:
             candidates[c] = max(candidates.get(c, 0.0), 0.99)
         # a stage that handed over did so on purpose: its "budget ran out" lines would only mislead
         warnings = tuple(w for k, v in enumerate(verdicts) for w in v.warnings
-                         if not (k in handed_over and w.startswith(_BUDGET_WARNINGS)))
+                         if not ((k in handed_over or k in self._stalled) and w.startswith(_BUDGET_WARNINGS)))
         extra = dict(first.extra)
         extra["stages"] = [{"good_plus": sorted(base), "status": v.status, "culprits": v.culprits,
                             "hypothesis": v.hypothesis,
