@@ -144,3 +144,20 @@ def test_effect_fit_of_a_few_wild_values_gives_infinite_bounds_not_a_crash():
     (eff,) = loglinear_effects([0.0, 1.0, 0.0, 300.0], [np.array([0.0, 0.0, 1.0, 1.0])], ["f"], ["main"])
     assert math.isinf(eff.effect.ci_high) and eff.effect.ci_low >= 0
 
+
+
+def test_confirmation_side_weighs_each_level_by_its_own_noise():
+    """The H200 shape: a tight good level (CV 0.6%) and a noisy bad one (14%), 10% apart. One
+    reading of "good plus culprit" 6% above the bad level's centre is past the midpoint, but it is
+    plainly a bad-level reading (7.5 good-level sds below good); with equal noise the midpoint decides."""
+    import math
+    from bisect_lab.strategies.hypotheses import Levels
+    good, bad = math.log(1000.0), math.log(900.0)
+    hetero = Levels(good, bad, 0.006, 0.14, 0.002, 0.03, 30.0)
+    reading = np.array([bad + 0.06])
+    assert (reading[0] - good) / (bad - good) < 0.5          # the midpoint rule would say "good"
+    assert AttributionStrategy._nearer_bad(reading, hetero)
+    assert not AttributionStrategy._nearer_bad(np.array([good - 0.004]), hetero)
+    equal = Levels(good, bad, 0.03, 0.03, 0.01, 0.01, 30.0)
+    assert AttributionStrategy._nearer_bad(np.array([good + 0.6 * (bad - good)]), equal)
+    assert not AttributionStrategy._nearer_bad(np.array([good + 0.4 * (bad - good)]), equal)

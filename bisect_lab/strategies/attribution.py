@@ -393,13 +393,24 @@ class AttributionStrategy(StrategyBase):
             if v.size == 0:
                 return False
             position = (float(np.mean(v)) - lv.mu_good) / span
-            if (position > 0.5) != (expect > 0.5):
+            if self._nearer_bad(v, lv) != (expect > 0.5):
                 return False
             if v.size == 1 and not -OUTLYING <= position <= 1 + OUTLYING:
                 # one reading far beyond both levels (a stalled trial) confirms nothing: the demo once
                 # "confirmed" oea-topk without its env var from a single reading 75% past "bad"
                 return False
         return True
+
+    @staticmethod
+    def _nearer_bad(v: np.ndarray, lv) -> bool:
+        """Are these log values likelier at the bad level than at the good one, each level with
+        its own noise? With equal noise this is "the mean is past the midpoint"; with a tight good
+        level (CV 0.6%) and a noisy bad one (14%), one reading 5% above the bad level's centre is
+        still plainly bad, where the midpoint rule would call it good half the time."""
+        (mg, sg), (mb, sb) = (lv.at(0.0), lv.at(1.0))
+        ll_g = float(np.sum(-0.5 * ((v - mg) / sg) ** 2) - v.size * math.log(sg))
+        ll_b = float(np.sum(-0.5 * ((v - mb) / sb) ** 2) - v.size * math.log(sb))
+        return ll_b > ll_g
 
     def _sure(self, post, best_set, best_p) -> bool:
         """Stop rule. Every named factor must be a culprit with posterior probability >=
