@@ -197,7 +197,7 @@ def test_residual_stage_on_heavy_tailed_noise_does_not_run_to_the_budget():
     before RESIDUAL_PATIENCE). The stage now ends after RESIDUAL_PATIENCE trials of its own, and the
     answer keeps the first stage's culprit and says what is left."""
     names = ["mla", "nccl", "oea", "sm120", "env:OEA"]
-    for seed in (3, 7):
+    for seed in (0, 3):
         rng = np.random.default_rng(seed)
         seen = {"n": 0}
 
