@@ -197,7 +197,7 @@ def test_residual_stage_on_heavy_tailed_noise_does_not_run_to_the_budget():
     before RESIDUAL_PATIENCE). The stage now ends after RESIDUAL_PATIENCE trials of its own, and the
     answer keeps the first stage's culprit and says what is left."""
     names = ["mla", "nccl", "oea", "sm120", "env:OEA"]
-    for seed in (0, 3):
+    for seed in (0, 4):
         rng = np.random.default_rng(seed)
         seen = {"n": 0}
 
@@ -207,8 +207,8 @@ def test_residual_stage_on_heavy_tailed_noise_does_not_run_to_the_budget():
                 v *= float(np.exp(rng.standard_t(3) * 0.1))
                 if active == frozenset({"mla"}):
                     seen["n"] += 1
-                    if seen["n"] <= 8:
-                        v *= 1.2                  # the misleading first readings
+                    if seen["n"] <= 4:
+                        v *= 1.4                  # the misleading first readings
             else:
                 v *= float(np.exp(rng.normal(0, 0.006)))
             return v
@@ -219,6 +219,6 @@ def test_residual_stage_on_heavy_tailed_noise_does_not_run_to_the_budget():
         v = s.verdict()
         assert len(s.stages) == 2, "the scenario must start a residual stage"
         assert v.status == "culprits" and v.culprits == ["mla"]
-        assert v.trials <= 160, v.trials
+        assert v.trials <= 120, v.trials
         assert any("stayed undecided" in w for w in v.warnings), v.warnings
         assert not any(w.startswith("budget of") for w in v.warnings), v.warnings

@@ -28,6 +28,7 @@ from .base import Observation, drive
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
 RESIDUAL_MAX = 8          # ... and at most, while the comparison stays undecided
+RESIDUAL_LOOKS = 4        # the residual is shown at alpha / this (it is looked at up to 6 times)
 # Of the budget left, what a stage may use when another stage may follow: up to STAGE_SHARE, but it
 # hands over at STAGE_SOFT_SHARE when it is already sure of some factor (the residual stage then
 # checks them). A hard 60% cut made a lone 2% culprit run out of budget in 15% of runs.
@@ -213,12 +214,17 @@ class StagedAttribution:
             order = [a for pair in zip([named] * RESIDUAL_REPEATS, [bad] * RESIDUAL_REPEATS) for a in pair]
             batch = [a for a in order if a in want]
             return batch[: max(1, min(2, self.max_trials - self.trials))]
-        c = compare(_winsorized(g), _winsorized(b), higher_is_better=self.higher_is_better,
-                    min_effect=self.min_effect, alpha=self.alpha)
+        gw, bw = _winsorized(g), _winsorized(b)
+        c = compare(gw, bw, higher_is_better=self.higher_is_better, min_effect=self.min_effect,
+                    alpha=self.alpha)
         # A new stage costs a whole good-vs-bad confirmation: start one only when the residual's
-        # interval lies beyond the minimum effect, not merely beyond 1.
-        bound = c.ci_high if self.higher_is_better else 1 / c.ci_low
-        beyond = c.regression and bound < 1 - self.min_effect
+        # interval lies beyond the minimum effect, not merely beyond 1; and at alpha / RESIDUAL_LOOKS,
+        # because this comparison is looked at after every pair of readings (3 to 8 per arm): at
+        # alpha, heavy-tailed noise (the H200's 14%) started a phantom residual stage in 3% of runs.
+        strict = compare(gw, bw, higher_is_better=self.higher_is_better, min_effect=self.min_effect,
+                         alpha=self.alpha / RESIDUAL_LOOKS)
+        bound = strict.ci_high if self.higher_is_better else 1 / strict.ci_low
+        beyond = strict.regression and bound < 1 - self.min_effect
         if thorough:
             # sequential: look again until a residual is shown, or one of twice the minimum effect
             # is implausible (80% one-sided), at the campaign's own noise
@@ -232,7 +238,7 @@ class StagedAttribution:
             return [named, bad]           # a hint of a residual: look closer before deciding
         point = c.ratio if self.higher_is_better else 1 / c.ratio
         looked = min(len(g), len(b)) >= RESIDUAL_MAX
-        if beyond or (c.regression and looked and point < 1 - 2 * self.min_effect):
+        if beyond or (strict.regression and looked and point < 1 - 2 * self.min_effect):
             self.notes.append(f"after naming {', '.join(sorted(named))}, 'bad' was still "
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
