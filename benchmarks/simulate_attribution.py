@@ -1,7 +1,8 @@
 """Simulation benchmark for attribution strategies (issue 4).
 
 Runs ground-truth scenarios through ``attribute_factors`` and, in the same run, through the
-leave-one-out baseline with 10 repeats per arm, and prints per scenario: accuracy (right status and
+leave-one-out baseline with 10 repeats per arm (``loo10``) and a screening design (full / fractional
+factorial or Plackett-Burman, two rounds: ``screen2``), and prints per scenario: accuracy (right status and
 exactly the right culprits), false-culprit rate (a factor named that is not a culprit), mean and p95
 trials. Noise shapes come from measurements on an H200 (CV 0.6% with CUDA graphs, 14% with a heavy
 right tail without; /work/shared/data), embedded below so the script runs anywhere.
@@ -32,6 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bisect_lab import attribute_factors  # noqa: E402  (the staged strategy the CLI runs)
 from bisect_lab.strategies import LeaveOneOutStrategy, drive  # noqa: E402
+from bisect_lab.strategies.screening import ScreeningStrategy  # noqa: E402
 
 # Normalised (value / arm median) samples of a batch-1 decode loop on one H200, one process launch
 # per sample (h200_decode_noise_2026-11-29.json).
@@ -144,6 +146,8 @@ def run_one(args):
     t0 = time.perf_counter()
     if method == "attribution":
         v = attribute_factors(names, measure, higher_is_better=True, seed=rep, max_trials=400)
+    elif method == "screen2":
+        v = drive(ScreeningStrategy(names, seed=rep, repeats=2), measure)
     else:
         v = drive(LeaveOneOutStrategy(names, seed=rep, repeats=10), measure)
     assert v.trials == counter[0], (v.trials, counter[0])
@@ -168,8 +172,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--only", default="", help="comma-separated scenario keys")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--no-baseline", action="store_true", help="skip leave-one-out")
-    ap.add_argument("--baseline-reps", type=int, default=None, help="repetitions for leave-one-out (default reps/4, >= 20)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip leave-one-out and screening")
+    ap.add_argument("--baseline-reps", type=int, default=None, help="repetitions for leave-one-out and screening (default reps/4, >= 20)")
     a = ap.parse_args(argv)
     reps = a.reps or (20 if a.quick else 100)
     breps = a.baseline_reps or max(20, reps // 4)
@@ -181,6 +185,7 @@ def main(argv=None) -> int:
             tasks += [(sc.key, n, r, "attribution", a.quick) for r in range(reps)]
             if not a.no_baseline:
                 tasks += [(sc.key, n, r, "loo10", a.quick) for r in range(breps)]
+                tasks += [(sc.key, n, r, "screen2", a.quick) for r in range(breps)]
     t0 = time.time()
     if a.jobs > 1:
         with mp.Pool(a.jobs) as pool:
@@ -188,7 +193,7 @@ def main(argv=None) -> int:
     else:
         res = [run_one(t) for t in tasks]
     wall = time.time() - t0
-    print(f"# attribution simulation: {reps} repetitions per cell (leave-one-out: {breps}), "
+    print(f"# attribution simulation: {reps} repetitions per cell (leave-one-out, screening: {breps}), "
           f"seeds 0..{reps - 1}, {a.jobs} job(s), {wall:.0f} s")
     hdr = (f"{'scenario':<52} {'N':>3} | {'method':<11} {'acc':>6} {'false':>6} {'mean':>6} {'p95':>5} "
            f"{'ms/run':>7} | target")
@@ -196,7 +201,7 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     for sc in scen:
         for n in sc.n_factors:
-            for method in ("attribution", "loo10"):
+            for method in ("attribution", "loo10", "screen2"):
                 rows = [r for r in res if r[0] == sc.key and r[1] == n and r[2] == method]
                 if not rows:
                     continue

@@ -206,8 +206,12 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
 
 # --------------------------------------------------------------------------- attribute
 def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | bool | None = None,
-              max_trials: int | None = None) -> dict:
-    """Find which factors (patches, env vars) explain the difference between two arms."""
+              max_trials: int | None = None, strategy: str = "adaptive", repeats: int = 2) -> dict:
+    """Find which factors (patches, env vars) explain the difference between two arms.
+
+    ``strategy``: "adaptive" (the default: staged Bayesian attribution, stops as soon as the answer
+    is clear) or "screening" (a fixed factorial / Plackett-Burman design, ``repeats`` rounds)."""
+    from .strategies.screening import ScreeningStrategy
     from .strategies.staged import StagedAttribution
     from .summaries import attribution_summary
     exp = session.experiment
@@ -218,15 +222,21 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         raise UsageError(f"the good and bad arms are the same configuration ({good.spec!r}): nothing to attribute")
     d = exp.design
     budget = d.max_trials if max_trials is None else max_trials
+    if strategy not in ("adaptive", "screening"):
+        raise UsageError(f"unknown strategy {strategy!r}: adaptive or screening")
     params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": budget,
               "min_effect": d.min_effect, "alpha": d.alpha}
+    if strategy != "adaptive":            # campaigns stored before --strategy existed still resume
+        params.update(strategy=strategy, repeats=repeats)
     cid, resumed = open_campaign(session, "attribute", params, resume)
     session.campaign = cid
 
     def go():
         preflight(session, [good, bad])
-        strategy = StagedAttribution(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
-                                     max_trials=budget, min_effect=d.min_effect, alpha=d.alpha)
+        kind = ScreeningStrategy if params.get("strategy") == "screening" else StagedAttribution
+        extra = {"repeats": params["repeats"]} if "repeats" in params else {}
+        strategy = kind(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
+                        max_trials=budget, min_effect=d.min_effect, alpha=d.alpha, **extra)
         ex = Executor(exp, session.store, cid, comparable_workers(session, "attribute"),
                       on_trial=session.on_trial, log=session.log)
         if session.on_plan:

@@ -198,7 +198,8 @@ def cmd_attribute(args) -> int:
     good, bad = _arm_words([args.good], args)[0], _arm_words([args.bad], args)[0]
     exp = _experiment(args.experiment)
     res = _with_session(args, exp, lambda s: attribute(s, good, bad, resume=args.resume,
-                                                        max_trials=args.max_trials))
+                                                        max_trials=args.max_trials,
+                                                        strategy=args.strategy, repeats=args.repeats))
     _emit(args, res, attribution_result)
     return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
 
@@ -408,6 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--good", required=True, nargs="+", metavar="ARM")
     a.add_argument("--bad", required=True, nargs="+", metavar="ARM")
     a.add_argument("--max-trials", type=_positive_int, help="budget (default [design] max_trials)")
+    a.add_argument("--strategy", choices=("adaptive", "screening"), default="adaptive",
+                   help="adaptive (default: stops as soon as the answer is clear) or screening (a fixed "
+                        "factorial / Plackett-Burman design: a known number of trials)")
+    a.add_argument("--repeats", type=_positive_int, default=2,
+                   help="screening: rounds of the design (each round = every design arm + good + bad)")
     a.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
     a.set_defaults(func=cmd_attribute)
 
