@@ -78,6 +78,7 @@ class StagedAttribution:
         self.notes: list[str] = []
         self._pending: list[frozenset[str]] = []
         self._stalled: set[int] = set()       # residual stages ended by RESIDUAL_PATIENCE
+        self._extended = False                # the first stage got the whole budget (see _after_stage)
         self._final: AttributionVerdict | None = None
         self._start(frozenset())
 
@@ -186,6 +187,16 @@ class StagedAttribution:
             self.verdicts.append(stage.verdict())
         v = self.verdicts[-1]
         stage_named = self._named(v)
+        if (not stage_named and len(self.stages) == 1 and v.status == "inconclusive" and not self._extended
+                and not stage._finished and stage.max_trials < self.max_trials):
+            # the first stage stopped at its share of the budget, sure of nothing: there is no
+            # residual to keep trials for, so it gets the rest (15% of a 2% culprit's budget was
+            # left unused)
+            stage.max_trials = self.max_trials
+            self._extended = True          # once: a hand-over that then names nothing must end
+            self._soft_limit = None
+            self.verdicts.pop()
+            return []
         if not stage_named or len(self.stages) >= self.max_stages:
             note = ("a residual regression could not be attributed within the budget"
                     if len(self.stages) - 1 not in self._stalled else
@@ -371,6 +382,14 @@ class StagedAttribution:
                             "regression": v.regression.to_dict() if v.regression else None}
                            for (base, _), v in zip(self.stages, verdicts)]
         interactions = tuple(i for v in named for i in v.interactions)
+        if not effects and len(culprits) == 1:
+            # one culprit from a stage that handed over before its own decomposition: its effect
+            # on every measurement (a culprit is never reported without one)
+            obs = [o for o in self.observations if o.ok]
+            col = np.array([1.0 if culprits[0] in o.active else 0.0 for o in obs])
+            if 0 < col.sum() < len(col) - 1:
+                effects = loglinear_effects(np.log([o.value for o in obs]), [col], culprits, ["main"],
+                                            alpha=self.alpha)
         if len(culprits) > 1:
             joint = self._joint(culprits)
             if joint is not None:
