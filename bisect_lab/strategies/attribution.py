@@ -163,7 +163,7 @@ class AttributionStrategy(StrategyBase):
         pos = self.space.positions(self._matrix(o.active for o in obs))[:, h]
         return np.asarray(y)[pos < 0.01], np.asarray(y)[pos > 0.99]
 
-    def _level_gate(self, obs, y, post, best_set):
+    def _level_gate(self, obs, y, post, best_set, levels=None):
         """The good-vs-bad gate on every measurement the named hypothesis places at the good level
         (position 0) or the bad level (position 1), not only on the two reference arms: under
         "f is the culprit", "bad minus f" is another good measurement and "good plus f" another
@@ -171,7 +171,8 @@ class AttributionStrategy(StrategyBase):
         anything: the posterior, the confirmation arms and the significance guard at alpha / N
         (which corrects for that choice) must agree. Measured cost of that choice: about 1.5% of
         A/A runs name a culprit (tests/test_calibration.py), against 0-1% on the references alone."""
-        levels = self._level_values(obs, y, post, best_set)
+        if levels is None:
+            levels = self._level_values(obs, y, post, best_set)
         if levels is None:
             return None
         g, b = np.exp(levels[0]), np.exp(levels[1])
@@ -607,13 +608,14 @@ class AttributionStrategy(StrategyBase):
                     # a fast start (one good, one bad measurement): the regression as the named
                     # hypothesis sees it, every measurement at the good level against every one
                     # at the bad level (what the gate decided on)
-                    level_gate = self._level_gate(obs, y, post, best_set)
+                    level_gate = self._level_gate(obs, y, post, best_set, levels)
             elif outcome == "inconclusive" and gate is not None and gate.decision == "regression":
                 warnings.append("budget ran out before one explanation was clear; leading candidates: "
                                 + ", ".join(f"{n} ({p:.0%})" for n, p in candidates[:3]))
+        decider = gate or level_gate
         regression = None
-        if gate is not None or level_gate is not None:
-            c = (gate or level_gate).comparison
+        if decider is not None:
+            c = decider.comparison
             regression = RatioEstimate(c.ratio, c.ci_low, c.ci_high, c.p_value, c.n_a, c.n_b)
         plan = self._plan_estimate(obs, y, levels)
         warnings += self._warnings(obs, y, drift, plan)
@@ -628,7 +630,7 @@ class AttributionStrategy(StrategyBase):
             warnings=tuple(warnings), failed_trials=self.failed,
             higher_is_better=self.higher_is_better, min_effect=self.min_effect, alpha=self.alpha,
             strategy=self.name, factors=self.factors,
-            extra={"gate": (gate or level_gate).decision if (gate or level_gate) else None,
+            extra={"gate": decider.decision if decider is not None else None,
                    "drift_per_100_trials": (drift.slope * 100 if drift is not None and drift.drifting else 0.0)})
 
     def _decompose(self, obs, y, cset, family):
@@ -663,11 +665,17 @@ class AttributionStrategy(StrategyBase):
                 interactions.append(synergy(names, term, total))
         return tuple(effects), tuple(interactions)
 
-    def _confirmation(self, obs, y, C: frozenset, levels=None) -> tuple:
+    def _reference_values(self, obs, y, levels=None) -> tuple[np.ndarray, np.ndarray]:
+        """Log values of the good and bad references; after a fast start (fewer than two of
+        either) the levels as the named hypothesis places them, when given."""
         g = self._arm_values(obs, y, self.good)
         b = self._arm_values(obs, y, self.bad)
         if (g.size < 2 or b.size < 2) and levels is not None:
-            g, b = levels            # a fast start: the levels as the named hypothesis places them
+            return levels
+        return g, b
+
+    def _confirmation(self, obs, y, C: frozenset, levels=None) -> tuple:
+        g, b = self._reference_values(obs, y, levels)
         span = b.mean() - g.mean()
         out = []
         for arm, expect in ((self.bad - C, "good"), (C, "bad")):
@@ -683,10 +691,7 @@ class AttributionStrategy(StrategyBase):
         return tuple(out)
 
     def _plan_estimate(self, obs, y, levels=None) -> PlanEstimate:
-        g = np.exp(self._arm_values(obs, y, self.good))
-        b = np.exp(self._arm_values(obs, y, self.bad))
-        if (g.size < 2 or b.size < 2) and levels is not None:
-            g, b = np.exp(levels[0]), np.exp(levels[1])     # a fast start: the named levels' noise
+        g, b = (np.exp(v) for v in self._reference_values(obs, y, levels))
         cg = stats.log_cv(g) if g.size >= 2 else float("nan")
         cb = stats.log_cv(b) if b.size >= 2 else float("nan")
         n = None

@@ -78,7 +78,6 @@ class StagedAttribution:
         self.notes: list[str] = []
         self._pending: list[frozenset[str]] = []
         self._stalled: set[int] = set()       # residual stages ended by RESIDUAL_PATIENCE
-        self._extended = False                # the first stage got the whole budget (see _after_stage)
         self._final: AttributionVerdict | None = None
         self._start(frozenset())
 
@@ -98,6 +97,8 @@ class StagedAttribution:
             base, stage = self.stages[-1]
             if not stage.done and self._hand_over(stage):
                 stage.max_trials = stage.trials          # ends the stage: budget spent
+                if len(self.stages) > 1:
+                    self._stalled.add(len(self.stages) - 1)
             if not stage.done:
                 batch = stage.ask()
                 if batch:
@@ -156,11 +157,8 @@ class StagedAttribution:
         """Past its soft share, the first stage hands over as soon as it is sure of some factor;
         a residual stage ends when its gate has not seen a regression in RESIDUAL_PATIENCE trials."""
         if len(self.stages) > 1:
-            stalled = (stage.trials - self._seeded >= RESIDUAL_PATIENCE
-                       and stage.gate_decision not in ("regression", "no-regression"))
-            if stalled:
-                self._stalled.add(len(self.stages) - 1)
-            return stalled
+            return (stage.trials - self._seeded >= RESIDUAL_PATIENCE
+                    and stage.gate_decision not in ("regression", "no-regression"))
         if self._soft_limit is None or len(self.stages) != 1 or stage.trials < self._soft_limit:
             return False
         post = stage.posterior
@@ -187,13 +185,14 @@ class StagedAttribution:
             self.verdicts.append(stage.verdict())
         v = self.verdicts[-1]
         stage_named = self._named(v)
-        if (not stage_named and len(self.stages) == 1 and v.status == "inconclusive" and not self._extended
+        if (not stage_named and len(self.stages) == 1 and v.status == "inconclusive"
                 and not stage._finished and stage.max_trials < self.max_trials):
             # the first stage stopped at its share of the budget, sure of nothing: there is no
             # residual to keep trials for, so it gets the rest (15% of a 2% culprit's budget was
             # left unused)
             stage.max_trials = self.max_trials
-            self._extended = True          # once: a hand-over that then names nothing must end
+            # once: with no soft limit it cannot hand over again, so it ends only at the whole
+            # budget (a hand-over that then named nothing had looped back here for ever)
             self._soft_limit = None
             self.verdicts.pop()
             return []
