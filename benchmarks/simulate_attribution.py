@@ -89,6 +89,7 @@ SCENARIOS = [
              (0.25, 0.15, 0.0), kind="story", cv=0.04,
              note="named in full = all three; needs the residual stage"),
     # robustness, no issue target: patterns and noise the method was not tuned on
+    Scenario("three", "three culprits, 8%, 6% and 5%, CV 3%", (10,), (0.08, 0.06, 0.05)),
     Scenario("or5", "OR pair, 5% when either is bad, CV 3%", (10,), (0.05, 0.05), kind="or"),
     Scenario("t5", "one culprit 5%, Student-t(3) noise, CV 3%", (10,), (0.05,), noise="t3"),
     Scenario("one5c1", "one culprit 5%, CV 1%", (20,), (0.05,), cv=0.01),

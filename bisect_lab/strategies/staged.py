@@ -27,16 +27,24 @@ from .attribution import AttributionStrategy, loglinear_effects, synergy
 from .base import Observation, drive
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
-RESIDUAL_MAX = 8          # ... and at most, while the comparison stays undecided
 RESIDUAL_LOOKS = 4        # the residual is shown at alpha / this (it is looked at up to 6 times)
 # Of the budget left, what a stage may use when another stage may follow: up to STAGE_SHARE, but it
 # hands over at STAGE_SOFT_SHARE when it is already sure of some factor (the residual stage then
 # checks them). A hard 60% cut made a lone 2% culprit run out of budget in 15% of runs.
 STAGE_SHARE = 0.85
 STAGE_SOFT_SHARE = 0.6
-# A residual of twice min_effect must be implausible at this one-sided z before a thorough check
-# clears it (0.84: 80%), and a quick screen of one culprit looks closer beyond SCREEN_Z se.
-RESIDUAL_Z = 0.84
+# The residual check after a stage (see _after_stage), quick or thorough:
+# - at most this many readings of each arm while the comparison stays undecided;
+RESIDUAL_MAX = {"quick": 8, "thorough": 12}
+# - then a significant residual starts a new stage when its point estimate is at least this many
+#   min_effects (the quick check of one confirmed culprit is stricter: drift in "bad" would
+#   otherwise start phantom stages);
+RESIDUAL_POINT = {"quick": 2.0, "thorough": 1.0}
+# - a thorough check looks again until a residual of twice min_effect is implausible at this
+#   one-sided z (1.64: 95%; at 0.84 a 5% third culprit beside a named pair was missed in a third of
+#   runs), and judges fresh readings of "good plus culprits" only (see _after_stage);
+RESIDUAL_Z = 1.64
+# - a quick screen of one culprit looks closer beyond SCREEN_Z standard errors.
 SCREEN_Z = 2.0
 DECOMPOSE_REPEATS = 2     # "good plus one culprit" measurements that let the joint re-fit tell pairs apart
 DECOMPOSE_MAX = 4         # ... for at most this many culprits (2 x 4 trials)
@@ -78,6 +86,7 @@ class StagedAttribution:
         self.notes: list[str] = []
         self._pending: list[frozenset[str]] = []
         self._stalled: set[int] = set()       # residual stages ended by RESIDUAL_PATIENCE
+        self._ended: list[int] = []           # trials so far when each stage's verdict was taken
         self._final: AttributionVerdict | None = None
         self._start(frozenset())
 
@@ -175,14 +184,15 @@ class StagedAttribution:
             return sorted(f for f, p in v.candidates if p >= SURE)
         return []
 
-    def _values(self, arm: frozenset[str]) -> list[float]:
-        return [o.value for o in self.observations if o.ok and o.active == arm]
+    def _values(self, arm: frozenset[str], since: int = 0) -> list[float]:
+        return [o.value for o in self.observations[since:] if o.ok and o.active == arm]
 
     def _after_stage(self) -> list[frozenset[str]]:
         """The current stage is done: finish, measure the residual check, or start a new stage."""
         base, stage = self.stages[-1]
         if len(self.verdicts) < len(self.stages):
             self.verdicts.append(stage.verdict())
+            self._ended.append(self.trials)
         v = self.verdicts[-1]
         stage_named = self._named(v)
         if (not stage_named and len(self.stages) == 1 and v.status == "inconclusive"
@@ -195,6 +205,7 @@ class StagedAttribution:
             # budget (a hand-over that then named nothing had looped back here for ever)
             self._soft_limit = None
             self.verdicts.pop()
+            self._ended.pop()
             return []
         if not stage_named or len(self.stages) >= self.max_stages:
             note = ("a residual regression could not be attributed within the budget"
@@ -209,12 +220,17 @@ class StagedAttribution:
         if named == frozenset(self.factors):
             return self._finish()
         bad = frozenset(self.factors)
-        g, b = self._values(named), self._values(bad)
         if self.max_trials - self.trials <= 0:
             return self._finish()
         # A stage that named several factors, or that handed over unconfirmed, may have named part
         # of a pattern (one member of a pair beside a bigger culprit): look properly before clearing.
         thorough = v.status != "culprits" or len(stage_named) >= 2
+        # The stage named C partly *because* "good plus C" looked as bad as "bad" (a confirmation
+        # arm must): its readings from before the stage ended are biased toward "no residual". A
+        # thorough check judges fresh readings of it only (with three culprits of 8, 6 and 5%, the
+        # stage's own readings showed the 5% residual as 3% and it was missed in a third of runs).
+        g = self._values(named, since=self._ended[-1] if thorough else 0)
+        b = self._values(bad)
         short = len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS
         if not (thorough and short) and not self._suspicious(g, b):
             return self._finish()
@@ -229,7 +245,7 @@ class StagedAttribution:
                     alpha=self.alpha)
         # A new stage costs a whole good-vs-bad confirmation: start one only when the residual's
         # interval lies beyond the minimum effect, not merely beyond 1; and at alpha / RESIDUAL_LOOKS,
-        # because this comparison is looked at after every pair of readings (3 to 8 per arm): at
+        # because this comparison is looked at after every pair of readings (3 to 12 per arm): at
         # alpha, heavy-tailed noise (the H200's 14%) started a phantom residual stage in 3% of runs.
         strict = compare(gw, bw, higher_is_better=self.higher_is_better, min_effect=self.min_effect,
                          alpha=self.alpha / RESIDUAL_LOOKS)
@@ -237,18 +253,19 @@ class StagedAttribution:
         beyond = strict.regression and bound < 1 - self.min_effect
         if thorough:
             # sequential: look again until a residual is shown, or one of twice the minimum effect
-            # is implausible (80% one-sided), at the campaign's own noise
+            # is implausible (95% one-sided), at the campaign's own noise
             d = -math.log(c.ratio) if self.higher_is_better else math.log(c.ratio)
             se = ((math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
                   if 0 < c.ci_low <= c.ci_high < math.inf else math.inf)
             unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
         else:
             unsure = c.verdict != "same" and c.p_value < 0.2
-        if unsure and min(len(g), len(b)) < RESIDUAL_MAX and self.max_trials - self.trials >= 2:
+        kind = "thorough" if thorough else "quick"
+        if unsure and min(len(g), len(b)) < RESIDUAL_MAX[kind] and self.max_trials - self.trials >= 2:
             return [named, bad]           # a hint of a residual: look closer before deciding
         point = c.ratio if self.higher_is_better else 1 / c.ratio
-        looked = min(len(g), len(b)) >= RESIDUAL_MAX
-        if beyond or (strict.regression and looked and point < 1 - 2 * self.min_effect):
+        looked = min(len(g), len(b)) >= RESIDUAL_MAX[kind]
+        if beyond or (strict.regression and looked and point < 1 - RESIDUAL_POINT[kind] * self.min_effect):
             self.notes.append(f"after naming {', '.join(sorted(named))}, 'bad' was still "
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
