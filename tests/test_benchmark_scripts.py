@@ -34,3 +34,12 @@ def test_demo_shape_simulation_smoke():
     m = re.search(r"3 runs: full set (\d+)%, pair reported (\d+)%, exactly 'and' (\d+)%", out)
     assert m, out
     assert int(m.group(1)) >= int(m.group(2)) >= int(m.group(3))     # nested rates, as computed
+
+
+def test_attribution_floor_smoke():
+    """The oracle knows the levels, so it can only need fewer trials than the strategy."""
+    out = run("benchmarks/attribution_floor.py", "--reps", "3", "--effects", "0.25", "--n", "5")
+    rows = {l.split("|")[1].split()[0]: l for l in out.splitlines() if l.startswith("single")}
+    assert set(rows) == {"oracle", "strategy"}, out
+    mean = {k: float(v.split("|")[1].split()[2]) for k, v in rows.items()}
+    assert mean["oracle"] < mean["strategy"], out
