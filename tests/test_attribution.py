@@ -161,3 +161,30 @@ def test_confirmation_side_weighs_each_level_by_its_own_noise():
     equal = Levels(good, bad, 0.03, 0.03, 0.01, 0.01, 30.0)
     assert AttributionStrategy._nearer_bad(np.array([good + 0.6 * (bad - good)]), equal)
     assert not AttributionStrategy._nearer_bad(np.array([good + 0.4 * (bad - good)]), equal)
+
+
+def test_hopeless_noise_stops_early_and_says_why():
+    """15% heavy-tailed noise on both arms and no regression: "no regression" would need hundreds of
+    readings per arm, more than the whole budget. The campaign stops `inconclusive` once ten of each
+    show it, rather than spend the budget to end there anyway, and says what it would take."""
+    names = ["a", "b", "c", "d", "e"]
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        v = attribute_factors(names, lambda arm: 1000.0 * math.exp(0.15 * rng.standard_t(4) / math.sqrt(2)),
+                              seed=seed, max_trials=200)
+        assert v.status == "inconclusive" and v.culprits == [], v.status
+        assert v.trials <= 120, v.trials          # of 200
+        assert any(w.startswith("stopped early") and "per arm" in w for w in v.warnings), v.warnings
+
+
+def test_futility_never_stops_a_campaign_the_budget_can_settle():
+    """The same noise with a 30% regression, and ordinary noise (CV 3%) with none: both are
+    answered as before, with no early stop."""
+    names = ["a", "b", "c", "d", "e"]
+    rng = np.random.default_rng(7)
+    v = attribute_factors(names, lambda arm: 1000.0 * (0.7 if "c" in arm else 1.0)
+                          * math.exp(0.15 * rng.standard_t(4) / math.sqrt(2)), seed=1, max_trials=300)
+    assert v.status == "culprits" and v.culprits == ["c"], (v.status, v.culprits, v.warnings)
+    v = attribute_factors(names, lambda arm: 1000.0 * math.exp(rng.normal(0, 0.03)), seed=2, max_trials=300)
+    assert v.status == "no-regression"
+    assert not any(w.startswith("stopped early") for w in v.warnings)

@@ -29,6 +29,11 @@ from ._util import as_positive_array
 from .compare import Comparison, compare, yuen_log
 
 
+# The regression must clear this share of min_effect (the lower bound's margin, see the module
+# docstring).
+MARGIN_FRAC = 0.25
+
+
 @dataclass(frozen=True)
 class GateResult:
     decision: str            # "regression" | "no-regression" | "continue"
@@ -39,7 +44,7 @@ class GateResult:
 
 
 def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: float = 0.02,
-                    alpha: float = 0.05, margin_frac: float = 0.25, min_n: int = 2,
+                    alpha: float = 0.05, margin_frac: float = MARGIN_FRAC, min_n: int = 2,
                     alpha_no: float | None = None, min_n_no: int = 4, trim: float = 0.0) -> GateResult:
     """Decide regression / no-regression / continue from the good and bad arms' measurements.
 

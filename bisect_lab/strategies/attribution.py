@@ -54,6 +54,19 @@ MAX_ARM_FAILURES = 3
 FAST_START = 4.0
 # ... and only for as many trials as a large culprit's splits and confirmation need (plus this many)
 FAST_EXTRA = 2
+# Futility: with this many good and bad readings each, a campaign whose references could not reach
+# either answer of the gate within the whole budget (per arm, at the noise and difference seen so
+# far) stops `inconclusive` at once. With the H200's 14% heavy-tailed noise on both arms and no
+# regression, "no regression" needs about 270 readings per arm: two runs in three spent the whole
+# 400-trial budget (mean 302) to end there anyway. At CV 3% either answer is always within
+# about 180 per arm, so the ordinary cells never stop for this.
+FUTILITY_MIN_REFS = 10
+# ... when each arm would need more than the whole budget to reach the nearer answer from the
+# estimate so far, and the noise is extreme: settling *any* difference against the gate's margin
+# and min_effect would take more than this many budgets per arm. The estimate itself is noisy: at
+# CV 3% and a 150-trial budget, a 0.5% estimate "needed" 151 trials per arm in one A/A run that
+# then said "no regression" at 45 trials.
+FUTILITY_NOISE_BUDGETS = 4
 
 
 class AttributionStrategy(StrategyBase):
@@ -71,6 +84,8 @@ class AttributionStrategy(StrategyBase):
         many trials (drift guard).
       confirm_repeats: measurements of each confirmation arm required at the end.
       batch_size: arms per ask() once the initial batch is done (several hosts in parallel).
+      futility_trials: the budget the futility stop measures against (default ``max_trials``; a
+        stage of a staged campaign passes the whole campaign's).
     """
 
     name = "attribution"
@@ -81,7 +96,8 @@ class AttributionStrategy(StrategyBase):
                  reference_every: int = 8, confirm_repeats: int = 1, batch_size: int = 1,
                  n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
-                 family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3):
+                 family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3,
+                 futility_trials: int | None = None):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -99,6 +115,7 @@ class AttributionStrategy(StrategyBase):
         self.drift_alpha = float(drift_alpha)
         self.search_per_reference = max(1, int(search_per_reference))
         self.confirm_bonus = float(confirm_bonus)
+        self.futility_trials = futility_trials
         self.set_probability = float(set_probability)
         self.miss_probability = float(miss_probability)
         self.index = {f: k for k, f in enumerate(self.factors)}
@@ -109,6 +126,7 @@ class AttributionStrategy(StrategyBase):
         self._since_reference = 0      # recomputed from the observations at every plan
         self._state: dict = {}
         self._outcome: str | None = None
+        self._futile_per_arm: float | None = None
 
     # ------------------------------------------------------------------ data views
     def _ok(self) -> list[Observation]:
@@ -251,6 +269,9 @@ class AttributionStrategy(StrategyBase):
         self._state = {"gate": gate, "posterior": post, "best": best_set, "best_p": best_p,
                        "drift": drift}
         decision = gate.decision if gate else "continue"
+        if decision == "continue" and self._futile(obs, y, gate):
+            self._outcome = "inconclusive"
+            return []
         # once the posterior is sure, every measurement it places at a level counts for the gate
         lgate = self._level_gate(obs, y, post, best_set) if decision == "continue" and sure else None
         self._state["level_gate"] = lgate
@@ -443,6 +464,34 @@ class AttributionStrategy(StrategyBase):
         span = (lv.mu_good - lv.mu_bad) if self.higher_is_better else (lv.mu_bad - lv.mu_good)
         return span - LEVELS_APART_Z * math.hypot(lv.se_good, lv.se_bad) > math.log1p(self.min_effect)
 
+    def _futile(self, obs, y, gate) -> bool:
+        """Could the references reach neither of the gate's answers within the whole budget?
+
+        Readings per arm that the gate would need, at the noise and the difference seen so far, to
+        confirm the regression (its lower bound past the margin) or to rule it out (its upper bound
+        below min_effect); futile when even the nearer answer needs more than ``max_trials`` per
+        arm (the campaign's budget), and the noise is extreme (see ``FUTILITY_NOISE_BUDGETS``).
+        Records the estimate for the verdict's warning."""
+        from scipy import stats as st
+
+        g = self._arm_values(obs, y, self.good)
+        b = self._arm_values(obs, y, self.bad)
+        if gate is None or min(g.size, b.size) < FUTILITY_MIN_REFS:
+            return False
+        var = float(g.var(ddof=1) + b.var(ddof=1))
+        thr = math.log1p(self.min_effect)
+        margin = stats.MARGIN_FRAC * thr
+        reg = gate.regression_log
+        z_reg, z_no = st.norm.ppf(1 - self.alpha / 2), st.norm.ppf(1 - self.alpha / 5)
+        need = [var * (z / d) ** 2 for d, z in ((reg - margin, z_reg), (thr - reg, z_no)) if d > 0]
+        n = min(need, default=math.inf)
+        budget = self.futility_trials or self.max_trials
+        any_answer = var * ((z_reg + z_no) / (thr - margin)) ** 2
+        if n <= budget or any_answer <= FUTILITY_NOISE_BUDGETS * budget:
+            return False
+        self._futile_per_arm = n
+        return True
+
     def _reference_due(self, gate, decision: str, post) -> bool:
         """``decision``: the gate's, or "regression" when the pooled gate has decided it."""
         if gate is None:
@@ -623,6 +672,15 @@ class AttributionStrategy(StrategyBase):
             warnings.append("the good or bad arm keeps failing; no conclusion possible")
         if outcome == "inconclusive" and self.budget_left <= 0:
             warnings.append(f"budget of {self.max_trials} trials exhausted")
+        futile = self._futile_per_arm
+        if outcome == "inconclusive" and futile is not None:
+            per_arm = "more than 100000" if not math.isfinite(futile) else f"about {futile:,.0f}"
+            budget = self.futility_trials or self.max_trials
+            warnings.append(f"stopped early: at this noise (CV good {plan.cv_good:.1%}, bad "
+                            f"{plan.cv_bad:.1%}) the good-vs-bad comparison needs {per_arm} trials "
+                            f"per arm to confirm or rule out a {self.min_effect:.0%} regression, more "
+                            f"than {budget} (the budget) for each arm; reduce the noise (warm-up, "
+                            "pinned clocks, CUDA graphs) or raise max_trials")
         return AttributionVerdict(
             status=outcome, culprits=culprits, trials=self.trials, regression=regression,
             effects=effects, interactions=interactions, confirmation=confirmation,

@@ -157,7 +157,7 @@ class StagedAttribution:
         stage = AttributionStrategy(remaining, higher_is_better=self.higher_is_better,
                                     seed=self.seed + 7919 * len(self.stages),
                                     max_trials=budget + len(seeded), min_effect=self.min_effect,
-                                    alpha=self.alpha, **self.kw)
+                                    alpha=self.alpha, futility_trials=self.max_trials, **self.kw)
         for o in seeded:                        # what was measured inside this stage's space counts
             stage.tell(o.active - base, o.value)
         self.stages.append((base, stage))
