@@ -58,14 +58,14 @@ FAST_EXTRA = 2
 # either answer of the gate within the whole budget (per arm, at the noise and difference seen so
 # far) stops `inconclusive` at once. With the H200's 14% heavy-tailed noise on both arms and no
 # regression, "no regression" needs about 270 readings per arm: two runs in three spent the whole
-# 400-trial budget (mean 302) to end there anyway. At CV 3% either answer is always within
-# about 180 per arm, so the ordinary cells never stop for this.
+# 400-trial budget (mean 302) to end there anyway.
 FUTILITY_MIN_REFS = 10
 # ... when each arm would need more than the whole budget to reach the nearer answer from the
 # estimate so far, and the noise is extreme: settling *any* difference against the gate's margin
-# and min_effect would take more than this many budgets per arm. The estimate itself is noisy: at
-# CV 3% and a 150-trial budget, a 0.5% estimate "needed" 151 trials per arm in one A/A run that
-# then said "no regression" at 45 trials.
+# and min_effect would take more than this many budgets per arm (at CV 3% it takes about 150, so
+# ordinary campaigns never stop this way). The estimate itself is noisy: at CV 3% and a 150-trial
+# budget, a 0.5% estimate "needed" 151 trials per arm in one A/A run that then said "no
+# regression" at 45 trials.
 FUTILITY_NOISE_BUDGETS = 4
 
 
@@ -469,8 +469,8 @@ class AttributionStrategy(StrategyBase):
 
         Readings per arm that the gate would need, at the noise and the difference seen so far, to
         confirm the regression (its lower bound past the margin) or to rule it out (its upper bound
-        below min_effect); futile when even the nearer answer needs more than ``max_trials`` per
-        arm (the campaign's budget), and the noise is extreme (see ``FUTILITY_NOISE_BUDGETS``).
+        below min_effect); futile when even the nearer answer needs more than the campaign's budget
+        per arm (``_futility_budget``), and the noise is extreme (see ``FUTILITY_NOISE_BUDGETS``).
         Records the estimate for the verdict's warning."""
         from scipy import stats as st
 
@@ -485,12 +485,16 @@ class AttributionStrategy(StrategyBase):
         z_reg, z_no = st.norm.ppf(1 - self.alpha / 2), st.norm.ppf(1 - self.alpha / 5)
         need = [var * (z / d) ** 2 for d, z in ((reg - margin, z_reg), (thr - reg, z_no)) if d > 0]
         n = min(need, default=math.inf)
-        budget = self.futility_trials or self.max_trials
+        budget = self._futility_budget
         any_answer = var * ((z_reg + z_no) / (thr - margin)) ** 2
         if n <= budget or any_answer <= FUTILITY_NOISE_BUDGETS * budget:
             return False
         self._futile_per_arm = n
         return True
+
+    @property
+    def _futility_budget(self) -> int:
+        return self.futility_trials or self.max_trials
 
     def _reference_due(self, gate, decision: str, post) -> bool:
         """``decision``: the gate's, or "regression" when the pooled gate has decided it."""
@@ -675,12 +679,11 @@ class AttributionStrategy(StrategyBase):
         futile = self._futile_per_arm
         if outcome == "inconclusive" and futile is not None:
             per_arm = "more than 100000" if not math.isfinite(futile) else f"about {futile:,.0f}"
-            budget = self.futility_trials or self.max_trials
             warnings.append(f"stopped early: at this noise (CV good {plan.cv_good:.1%}, bad "
                             f"{plan.cv_bad:.1%}) the good-vs-bad comparison needs {per_arm} trials "
                             f"per arm to confirm or rule out a {self.min_effect:.0%} regression, more "
-                            f"than {budget} (the budget) for each arm; reduce the noise (warm-up, "
-                            "pinned clocks, CUDA graphs) or raise max_trials")
+                            f"than {self._futility_budget} (the budget) for each arm; reduce the "
+                            "noise (warm-up, pinned clocks, CUDA graphs) or raise max_trials")
         return AttributionVerdict(
             status=outcome, culprits=culprits, trials=self.trials, regression=regression,
             effects=effects, interactions=interactions, confirmation=confirmation,
@@ -799,7 +802,6 @@ class AttributionStrategy(StrategyBase):
         if gate.decision == "continue":
             more += 10
         return int(min(self.max_trials, self.trials + math.ceil(more)))
-
 
     @property
     def gate_decision(self) -> str | None:
