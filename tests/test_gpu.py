@@ -18,7 +18,7 @@ import pytest
 
 from bisect_lab.gpu import (CLOCK_DIFFERS, THROTTLED, GpuError, GpuInspector, GpuSnapshot, decode_throttle,
                             flag_trials, lock_clocks, probe_source, reset, wait_idle)
-from bisect_lab.gpu.probe_script import encode_throttle
+from bisect_lab.gpu.probe_script import encode_throttle, proc_info
 from bisect_lab.hosts import LocalHost
 from bisect_lab.model import GpuPolicy, TrialStatus
 
@@ -376,3 +376,13 @@ def test_broken_probe_is_a_host_error(tmp_path):
     broken.write_text("#!/bin/sh\necho 'Welcome to the GPU box'\n")
     with pytest.raises(HostError, match="printed no JSON"):
         GpuInspector(LocalHost(python_exe=str(broken)), in_process=False).probe()
+
+
+def test_command_line_of_a_process_that_just_started_is_read(procs):
+    """Right after Popen returns, the child may still be inside exec(): /proc/<pid>/cmdline reads
+    empty for a moment (in up to half of such reads here), and a GPU process killed then was logged as
+    "<cmdline not visible>" (a CI run of test_kill_all_is_opt_in_and_logged). The probe reads again."""
+    for _ in range(150):
+        p = procs(sys.executable, "-c", "import time; time.sleep(30)", "--marker", "fresh-exec")
+        assert "--marker fresh-exec" in (proc_info(p.pid)["cmdline"] or "")
+        p.kill()

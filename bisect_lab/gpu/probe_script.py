@@ -113,8 +113,7 @@ def proc_info(pid):
     info = {"cmdline": None, "state": None, "ppid": None, "pgid": None, "sid": None,
             "ancestors": [], "visible": False}
     try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            raw = f.read()
+        raw = _cmdline(pid)
         info["cmdline"] = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:1000]
         info["visible"] = True
         stat = _stat(pid)
@@ -130,6 +129,18 @@ def proc_info(pid):
     except (OSError, ValueError):
         pass
     return info
+
+
+def _cmdline(pid, tries=5):
+    """/proc/<pid>/cmdline. A process caught in the middle of exec() shows an empty one for a
+    moment (the new image's arguments are not in place yet): read again briefly before taking
+    "empty" for an answer (a zombie or kernel thread stays empty)."""
+    for k in range(tries):
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            raw = f.read()
+        if raw or k == tries - 1:
+            return raw
+        time.sleep(0.02)
 
 
 def _stat(pid):
