@@ -5,6 +5,7 @@ sweeps call them too. They never print: progress and log lines go to callbacks.
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -102,6 +103,55 @@ def flag_campaign(session: Session, cid: str) -> None:
         return
     flags = flag_fingerprints(fps)
     session.store.set_flags(cid, {k: tuple(v) for k, v in flags.flags.items() if v})
+
+
+def stored_plan(session: Session, good: Arm, bad: Arm, budget: int) -> str:
+    """One line, before any trial: what earlier measurements of the two arms (same experiment, same
+    host, any campaign: a `run`, an earlier attribution) say the comparison will cost."""
+    from . import stats
+    from .verdicts import PlanEstimate
+
+    exp, d = session.experiment, session.experiment.design
+    host = session.workers[0].host.name
+    values: dict[str, list[float]] = {good.spec: [], bad.spec: []}
+    for t in session.store.arm_trials(list(values), experiment=_experiment_key(exp), host=host):
+        v = t.metrics.get(session.metric)
+        if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
+            values[t.arm].append(float(v))
+    g, b = values[good.spec], values[bad.spec]
+    known = [v for v in (g, b) if len(v) >= 2]
+    if not known:
+        return (f"planning: no earlier measurements of {good.spec!r} and {bad.spec!r} on {host}; the "
+                f"estimate follows once both have been measured (budget {budget} trials)")
+    n = stats.plan_trials(known, min_effect=d.min_effect, alpha=d.alpha)
+    plan = PlanEstimate(stats.log_cv(g), stats.log_cv(b), d.min_effect, n)
+    cv = ", ".join(f"{label} {c:.1%}" for label, c in (("good", plan.cv_good), ("bad", plan.cv_bad))
+                   if math.isfinite(c))
+    return (f"planning from {len(g)} stored trial(s) of {good.spec!r} and {len(b)} of {bad.spec!r} on "
+            f"{host} (CV {cv}): {plan.text} (budget {budget} trials)")
+
+
+class PlanProgress:
+    """Logs a strategy's planning estimate as the campaign goes: when it first exists, then when
+    it moves by a quarter or more (at most every ``every`` trials)."""
+
+    def __init__(self, session: Session, strategy, every: int = 5):
+        self.session, self.strategy, self.every = session, strategy, every
+        self.last: int | None = None
+        self.at = 0
+
+    def update(self) -> None:
+        get = getattr(self.strategy, "plan_estimate", None)
+        if not callable(get):
+            return
+        plan = get()
+        n, t = plan.trials_per_arm, self.strategy.trials
+        if n is None or (self.last is not None and (abs(n - self.last) < 0.25 * self.last
+                                                     or t - self.at < self.every)):
+            return
+        self.last, self.at = n, t
+        self.session.log(f"planning after {t} trials (CV good {plan.cv_good:.1%}, bad {plan.cv_bad:.1%}): "
+                         f"{plan.text}")
 
 
 def comparable_workers(session: Session, what: str) -> list[HostWorker]:
@@ -241,6 +291,10 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
                       on_trial=session.on_trial, log=session.log)
         if session.on_plan:
             session.on_plan(budget)
+        good_arm = arm_for_active(good, bad, frozenset(), exp.patchset)
+        bad_arm = arm_for_active(good, bad, frozenset(factors), exp.patchset)
+        session.log(stored_plan(session, good_arm, bad_arm, budget))
+        planning = PlanProgress(session, strategy)
         arm_of: dict[frozenset, Arm] = {}
         while not strategy.done:
             batch = strategy.ask()
@@ -255,6 +309,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
             for active, r in zip(batch, results):
                 v = r.metrics.get(session.metric) if r.ok else None
                 strategy.tell(frozenset(active), v)
+            planning.update()
             if session.on_plan:
                 est = getattr(strategy, "estimated_total", None)
                 if callable(est):

@@ -244,6 +244,25 @@ class Store:
             rows = self._db.execute(q, (cid,) if cid else ()).fetchall()
         return [self._trial(r) for r in rows]
 
+    def arm_trials(self, arms, *, experiment: str | None = None, host: str | None = None) -> list[TrialResult]:
+        """Successful trials of the arms (canonical specs) across campaigns, oldest first;
+        only campaigns of ``experiment`` and trials on ``host`` when given."""
+        arms = list(arms)
+        if not arms:
+            return []
+        q = ("SELECT t.* FROM trials t JOIN campaigns c ON c.id = t.campaign WHERE t.status = 'ok' AND t.arm IN ("
+             + ",".join("?" * len(arms)) + ")")
+        args: list = list(arms)
+        if experiment is not None:
+            q += " AND c.experiment = ?"
+            args.append(experiment)
+        if host is not None:
+            q += " AND t.host = ?"
+            args.append(host)
+        with self._lock:
+            rows = self._db.execute(q + " ORDER BY t.started, t.campaign, t.trial", args).fetchall()
+        return [self._trial(r[:16]) for r in rows]
+
     def trial_extra(self, cid: str, trial: int) -> dict:
         with self._lock:
             row = self._db.execute("SELECT extra FROM trials WHERE campaign=? AND trial=?", (cid, trial)).fetchone()

@@ -41,6 +41,29 @@ def test_resume_bookkeeping_and_prefix_lookup(tmp_path):
         s.campaign("zzz")
 
 
+def test_arm_trials_across_campaigns_of_one_experiment_and_host(tmp_path):
+    """What the planning line before an attribution reads: ok trials of the named arms, every
+    campaign of the experiment, one host, oldest first."""
+    from dataclasses import replace
+    s = Store(tmp_path)
+    a = s.create_campaign("run", experiment="e.toml", experiment_name="e", params={})
+    b = s.create_campaign("attribute", experiment="e.toml", experiment_name="e", params={})
+    other = s.create_campaign("run", experiment="f.toml", experiment_name="f", params={})
+    s.add_trial(trial(a, 0, "none"))
+    s.add_trial(trial(a, 1, "all"))
+    s.add_trial(trial(a, 2, "none", TrialStatus.CRASHED))
+    s.add_trial(trial(a, 3, "only x"))
+    s.add_trial(replace(trial(b, 0, "all"), host="gpu-box"))
+    s.add_trial(trial(b, 1, "none"))
+    s.add_trial(trial(other, 0, "none"))
+    got = s.arm_trials(["none", "all"], experiment="e.toml", host="local")
+    assert sorted((t.campaign, t.trial, t.arm) for t in got) == sorted([(a, 0, "none"), (a, 1, "all"), (b, 1, "none")])
+    assert [t.started for t in got] == sorted(t.started for t in got)
+    assert all(t.ok and t.metrics["output_throughput"] > 0 for t in got)
+    assert len(s.arm_trials(["none", "all"])) == 5            # no filters: every ok trial of them
+    assert s.arm_trials([]) == []
+
+
 def test_duplicate_trial_is_refused_and_nothing_lost(tmp_path):
     s = Store(tmp_path)
     cid = s.create_campaign("run", experiment=None, experiment_name=None, params={})

@@ -751,6 +751,12 @@ class AttributionStrategy(StrategyBase):
                                          float(pos - 1.96 * se), float(pos + 1.96 * se), bool(ok)))
         return tuple(out)
 
+    def plan_estimate(self) -> PlanEstimate:
+        """What resolving ``min_effect`` between the good and bad arms costs at the noise their
+        measurements show so far (cheap: for progress output as the campaign goes)."""
+        obs, y, _ = self._log_values()
+        return self._plan_estimate(obs, y)
+
     def _plan_estimate(self, obs, y, levels=None) -> PlanEstimate:
         g, b = (np.exp(v) for v in self._reference_values(obs, y, levels))
         cg = stats.log_cv(g) if g.size >= 2 else float("nan")

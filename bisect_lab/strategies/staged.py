@@ -137,6 +137,10 @@ class StagedAttribution:
         # Asked before the end (progress display): the current best combination, provisional.
         return self._combine(provisional=True)
 
+    def plan_estimate(self):
+        """The first stage's planning estimate: good against bad, at the noise seen so far."""
+        return self.stages[0][1].plan_estimate()
+
     def estimated_total(self) -> int:
         base, stage = self.stages[-1]
         est = getattr(stage, "estimated_total", None)

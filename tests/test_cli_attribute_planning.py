@@ -1,0 +1,40 @@
+"""Power planning shown to the user: before the first trial, from what the results database already
+holds about the two arms, and again as the campaign's own noise becomes known (issue 4)."""
+import re
+import sqlite3
+
+from test_cli_run import cli
+from toyexp import make_toy
+
+
+def _lines(stderr: str) -> str:
+    # rich wraps long log lines at the console width when stderr is not a terminal
+    return re.sub(r"\s+", " ", stderr)
+
+
+def test_planning_before_and_during_an_attribution(tmp_path):
+    # a 4% culprit at CV 1%: long enough (9-20 trials) for the estimate to appear mid-campaign
+    exp = make_toy(tmp_path, effects={"slow": 0.96, "noop": 1.0, "gated": 1.0, "fast": 1.0})
+    first = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all", timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    log = _lines(first.stderr)
+    assert "planning: no earlier measurements of 'none' and 'all' on local" in log, log
+    during = re.findall(r"planning after (\d+) trials \(CV good ([\d.]+)%, bad ([\d.]+)%\): "
+                        r"to resolve 2% at this noise: about (\d+) trials per arm", log)
+    assert during, log
+    assert all(int(t) >= 4 and 0 < float(g) < 10 and 0 < float(b) < 10 for t, g, b, _ in during)
+
+    # the second campaign of the same experiment starts from what the first one measured
+    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
+    counts = dict(db.execute("SELECT arm, COUNT(*) FROM trials WHERE status='ok' AND arm IN ('none', 'all') "
+                             "GROUP BY arm").fetchall())
+    db.close()
+    second = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all", "--max-trials", "60", timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    log = _lines(second.stderr)
+    m = re.search(r"planning from (\d+) stored trial\(s\) of 'none' and (\d+) of 'all' on local "
+                  r"\(CV good ([\d.]+)%, bad ([\d.]+)%\): to resolve 2% at this noise: about (\d+) trials "
+                  r"per arm \(budget 60 trials\)", log)
+    assert m, log
+    assert (int(m[1]), int(m[2])) == (counts["none"], counts["all"])
+    assert log.index(m[0]) < log.index("[1/")                 # before any trial of this campaign
