@@ -27,8 +27,10 @@ def run_result(res: dict, console: Console) -> None:
                   str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))
     console.print(t)
     if res["comparisons"]:
-        c = Table(title="Pairwise comparisons (b relative to a)")
-        for col in ("a", "b", "host", "ratio", "95% CI", "verdict"):
+        family = sum(1 for r in res["comparisons"] if r.get("p_adjusted") is not None) > 1
+        c = Table(title="Pairwise comparisons (b relative to a)"
+                  + (", p-values Holm-adjusted over the run's comparisons" if family else ""))
+        for col in ("a", "b", "host", "ratio", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
             c.add_column(col)
         for r in res["comparisons"]:
             ci = "-" if r.get("ci_low") is None else f"{_pct(r['ci_low'])} .. {_pct(r['ci_high'])}"
@@ -39,7 +41,8 @@ def run_result(res: dict, console: Console) -> None:
                 verdict = "[green]different (improvement)[/]"
             elif verdict == "unknown" and r.get("plan_per_arm"):
                 verdict += f" (about {r['plan_per_arm']} trials per arm would resolve it)"
-            c.add_row(escape(r["a"]), escape(r["b"]), escape(r["host"]), _pct(r.get("ratio")), ci, verdict)
+            p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
+            c.add_row(escape(r["a"]), escape(r["b"]), escape(r["host"]), _pct(r.get("ratio")), ci, *p_adj, verdict)
         console.print(c)
     _warnings(res, console)
 

@@ -205,17 +205,25 @@ def _arms_table(values: dict[str, list[float]], trials: list[TrialResult], arms:
 
 
 def _comparisons(values, arms, metric, hib, min_effect, alpha) -> tuple[Table | None, list[str]]:
+    from .stats import adjust_pvalues
     from .stats.compare import compare
     rows, sentences = [], []
     ref = arms[0] if arms else None
-    pairs = [(ref, b) for b in arms[1:]] if len(arms) <= 4 else [(ref, b) for b in arms[1:]]
+    pairs = [(ref, b) for b in arms[1:]]
+    compared = {(a, b): compare(values[a], values[b], higher_is_better=hib, min_effect=min_effect, alpha=alpha)
+                for a, b in pairs if len(values.get(a, [])) >= 2 and len(values.get(b, [])) >= 2}
+    # Holm over the report's comparisons, as `run` reports them (summaries.holm_comparisons)
+    p_adj = dict(zip(compared, adjust_pvalues([c.p_value for c in compared.values()], "holm", alpha)[1]))
     for a, b in pairs:
-        va, vb = values.get(a, []), values.get(b, [])
-        if len(va) < 2 or len(vb) < 2:
-            rows.append([_code(a), _code(b), "-", "-", "-", "not enough successful trials"])
+        if (a, b) not in compared:
+            rows.append([_code(a), _code(b), "-", "-", "-", "-", "not enough successful trials"])
             continue
-        c = compare(va, vb, higher_is_better=hib, min_effect=min_effect, alpha=alpha)
-        if c.regression:
+        c = compared[(a, b)]
+        if (c.regression or c.improvement) and len(compared) > 1 and not p_adj[(a, b)] < alpha:
+            verdict = f"unknown: significant alone, not after Holm's correction over {len(compared)} comparisons"
+            sentences.append(f"`{b}` vs `{a}`: {_pct(c.ratio)} ({_pct(c.ci_low)} .. {_pct(c.ci_high)}), "
+                             f"not significant once the {len(compared)} comparisons are corrected for (Holm).")
+        elif c.regression:
             verdict = "**worse** (significant)"
             sentences.append(f"`{b}` is **{abs(c.ratio - 1) * 100:.1f}% {'lower' if hib else 'higher'}** than `{a}` "
                              f"({_pct(c.ci_low)} .. {_pct(c.ci_high)}, p={c.p_value:.2g}): a regression.")
@@ -231,12 +239,12 @@ def _comparisons(values, arms, metric, hib, min_effect, alpha) -> tuple[Table | 
             sentences.append(f"`{b}` vs `{a}`: {_pct(c.ratio)}, but the interval {_pct(c.ci_low)} .. {_pct(c.ci_high)} "
                              f"is too wide to decide.")
         rows.append([_code(a), _code(b), _pct(c.ratio), f"{_pct(c.ci_low)} .. {_pct(c.ci_high)}", f"{c.p_value:.2g}",
-                     verdict])
+                     f"{p_adj[(a, b)]:.2g}", verdict])
     if not rows:
         return None, sentences
-    return Table(["reference a", "arm b", "b vs a", "95% CI", "p", "verdict"], rows,
+    return Table(["reference a", "arm b", "b vs a", "95% CI", "p", "p (Holm)", "verdict"], rows,
                  note="Ratio of geometric means b/a with a Welch interval on log values (no equal-variance or "
-                      "normality assumption)."), sentences
+                      "normality assumption); p (Holm): adjusted for the number of comparisons in this table."), sentences
 
 
 def _run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:

@@ -5,6 +5,7 @@ Pure functions over stored trials and verdicts; the CLI renders them for people.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 
 from .model import Arm, Experiment, TrialResult
@@ -109,7 +110,31 @@ def run_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], cam
             "higher_is_better": exp.benchmark.higher_is_better, "hosts": hosts,
             "arms": out_arms, "comparisons": comparisons, "trials": len(trials),
             "env_propagation": env_propagation(trials),
-            "warnings": env_warnings(trials) + flag_warnings(trials)}
+            "warnings": holm_comparisons(comparisons, exp.design.alpha) + env_warnings(trials) + flag_warnings(trials)}
+
+
+def holm_comparisons(comparisons: list[dict], alpha: float) -> list[str]:
+    """Family-wise error control over a run's pairwise comparisons (Holm): every row with a
+    p-value gets ``p_adjusted``; a "different" verdict whose adjusted p-value is not below alpha
+    becomes "unknown" (with five arms, ten comparisons at 5% each would call some pair different
+    in about a third of A/A runs). "same" verdicts (equivalence within min_effect) are kept as
+    they are. Returns a warning line when some verdict was downgraded."""
+    from .stats import adjust_pvalues
+    rows = [r for r in comparisons if r.get("p_value") is not None and math.isfinite(r["p_value"])]
+    if not rows:
+        return []
+    _, adjusted = adjust_pvalues([r["p_value"] for r in rows], "holm", alpha)
+    downgraded = 0
+    for r, q in zip(rows, adjusted):
+        r["p_adjusted"] = float(q)
+        if len(rows) > 1 and r["verdict"] == "different" and not q < alpha:
+            r.update(verdict="unknown", regression=False, unadjusted_verdict="different")
+            downgraded += 1
+    if not downgraded:
+        return []
+    return [f"{downgraded} of {len(rows)} comparisons differ on their own (p < {alpha:g}) but not after "
+            f"Holm's correction for making {len(rows)} comparisons: shown as 'unknown'; more repeats "
+            "would settle them"]
 
 
 def attribution_summary(exp: Experiment, good: Arm, bad: Arm, factors: list[str], verdict,

@@ -38,6 +38,33 @@ def test_aa_false_positive_rate(noise):
     assert rate >= 0.02, rate
 
 
+def test_run_with_many_arms_holds_the_family_wise_error():
+    """A/A with five arms (ten pairwise comparisons, as `run` reports them): before Holm's
+    correction some pair reads "different" in far more than alpha of the runs; after it, in at most
+    alpha + 1.5 points (400 runs), and a real 10% difference is still called different."""
+    import itertools
+    from bisect_lab.summaries import holm_comparisons
+    rng = np.random.default_rng(13)
+    alpha, runs = 0.05, 400
+    raw = adjusted = 0
+    for _ in range(runs):
+        arms = [np.exp(rng.normal(0, 0.03, 6)) for _ in range(5)]
+        rows = []
+        for a, b in itertools.combinations(arms, 2):
+            c = stats.compare(a, b, alpha=alpha)
+            rows.append({"p_value": c.p_value, "verdict": c.verdict, "regression": bool(c.regression)})
+        raw += any(r["verdict"] == "different" for r in rows)
+        holm_comparisons(rows, alpha)
+        assert all(r["p_adjusted"] >= r["p_value"] for r in rows)
+        adjusted += any(r["verdict"] == "different" for r in rows)
+    assert raw / runs > 0.15, raw / runs
+    assert adjusted / runs <= alpha + 0.015, adjusted / runs
+    real = [stats.compare(np.exp(rng.normal(0, 0.03, 6)), np.exp(rng.normal(-0.1, 0.03, 6)), alpha=alpha)]
+    rows = [{"p_value": c.p_value, "verdict": c.verdict, "regression": bool(c.regression)} for c in real * 10]
+    holm_comparisons(rows, alpha)
+    assert all(r["verdict"] == "different" and r["regression"] for r in rows)
+
+
 @pytest.mark.parametrize("case", ["equal", "heteroscedastic", "unbalanced"])
 def test_interval_coverage(case):
     """95% intervals of the ratio cover the true ratio 93.5-96.5% of the time (2000 pairs)."""

@@ -54,6 +54,24 @@ def test_run_json_contract_and_planted_effect(tmp_path, toy):
     assert list(df["arm"][:4]).count("all") == 2
 
 
+def test_run_with_several_arms_reports_holm_adjusted_p_values(tmp_path, toy):
+    p = cli(tmp_path, "run", toy, "--patches", "all", "--patches", "all-minus slow", "--patches",
+            "all-minus noop", "--repeat", "3", "--json")
+    assert p.returncode == 0, p.stderr
+    comps = json.loads(p.stdout)["comparisons"]
+    assert len(comps) == 3
+    ranked = sorted(c["p_value"] for c in comps)
+    for c in comps:
+        # Holm: the smallest p-value times 3, the next times 2 (never below the one before), ...
+        k = ranked.index(c["p_value"])
+        assert c["p_adjusted"] >= min(1.0, c["p_value"] * (3 - k)) - 1e-12
+    slow = [c for c in comps if "all-minus slow" in (c["a"], c["b"])]
+    assert len(slow) == 2 and all(c["verdict"] == "different" for c in slow)   # the planted 30%
+    human = cli(tmp_path, "run", toy, "--patches", "all", "--patches", "all-minus slow", "--patches",
+                "all-minus noop", "--repeat", "3")
+    assert "p (Holm)" in human.stdout, human.stdout
+
+
 def test_run_human_output_and_single_arm_compares_to_all(tmp_path, toy):
     p = cli(tmp_path, "run", toy, "--patches", "all-minus slow", "--repeat", "3")
     assert p.returncode == 0, p.stderr
