@@ -105,30 +105,37 @@ def flag_campaign(session: Session, cid: str) -> None:
     session.store.set_flags(cid, {k: tuple(v) for k, v in flags.flags.items() if v})
 
 
-def stored_plan(session: Session, good: Arm, bad: Arm, budget: int) -> str:
-    """One line, before any trial: what earlier measurements of the two arms (same experiment, same
-    host, any campaign: a `run`, an earlier attribution) say the comparison will cost."""
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] | None = None) -> str:
+    """One line, before any trial: what earlier measurements of the arms (same experiment, same
+    host, any campaign: a `run`, an earlier attribution) say resolving ``min_effect`` between them
+    costs. ``note`` ends the line (the budget, or what this run measures); ``labels`` name the arms'
+    noise (default: their specs)."""
     from . import stats
     from .verdicts import PlanEstimate
 
     exp, d = session.experiment, session.experiment.design
     host = session.workers[0].host.name
-    values: dict[str, list[float]] = {good.spec: [], bad.spec: []}
+    values: dict[str, list[float]] = {a.spec: [] for a in arms}
     for t in session.store.arm_trials(list(values), experiment=_experiment_key(exp), host=host):
         v = t.metrics.get(session.metric)
         if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
             values[t.arm].append(float(v))
-    g, b = values[good.spec], values[bad.spec]
-    known = [v for v in (g, b) if len(v) >= 2]
+    names = _and([repr(s) for s in values])
+    known = [v for v in values.values() if len(v) >= 2]
     if not known:
-        return (f"planning: no earlier measurements of {good.spec!r} and {bad.spec!r} on {host}; the "
-                f"estimate follows once both have been measured (budget {budget} trials)")
+        return f"planning: no earlier measurements of {names} on {host} to plan from ({note})"
     n = stats.plan_trials(known, min_effect=d.min_effect, alpha=d.alpha)
-    plan = PlanEstimate(stats.log_cv(g), stats.log_cv(b), d.min_effect, n)
-    cv = ", ".join(f"{label} {c:.1%}" for label, c in (("good", plan.cv_good), ("bad", plan.cv_bad))
-                   if math.isfinite(c))
-    return (f"planning from {len(g)} stored trial(s) of {good.spec!r} and {len(b)} of {bad.spec!r} on "
-            f"{host} (CV {cv}): {plan.text} (budget {budget} trials)")
+    counts = [f"{len(v)} of {s!r}" for s, v in values.items()]
+    counts[0] = counts[0].replace(" of ", " stored trial(s) of ", 1)
+    counted = _and(counts)
+    labels = labels or [repr(s) for s in values]
+    cv = ", ".join(f"{label} {stats.log_cv(v):.1%}" for label, v in zip(labels, values.values()) if len(v) >= 2)
+    text = PlanEstimate(float("nan"), float("nan"), d.min_effect, n).text
+    return f"planning from {counted} on {host} (CV {cv}): {text} ({note})"
 
 
 class PlanProgress:
@@ -233,6 +240,8 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
 
     def go():
         preflight(session, arms)
+        if len(arms) > 1:
+            session.log(stored_plan(session, arms, f"this run measures {repeat} per arm"))
         ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
         order = balanced_order(arms, warmup + repeat, exp.design.seed)
         nh = len(session.workers)
@@ -293,7 +302,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
             session.on_plan(budget)
         good_arm = arm_for_active(good, bad, frozenset(), exp.patchset)
         bad_arm = arm_for_active(good, bad, frozenset(factors), exp.patchset)
-        session.log(stored_plan(session, good_arm, bad_arm, budget))
+        session.log(stored_plan(session, [good_arm, bad_arm], f"budget {budget} trials", ["good", "bad"]))
         planning = PlanProgress(session, strategy)
         arm_of: dict[frozenset, Arm] = {}
         while not strategy.done:

@@ -1,5 +1,5 @@
 """Power planning shown to the user: before the first trial, from what the results database already
-holds about the two arms, and again as the campaign's own noise becomes known (issue 4)."""
+holds about the arms, and again as an attribution's own noise becomes known (issue 4)."""
 import re
 import sqlite3
 
@@ -12,7 +12,7 @@ def _lines(stderr: str) -> str:
     return re.sub(r"\s+", " ", stderr)
 
 
-def test_planning_before_and_during_an_attribution(tmp_path):
+def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
     # a 4% culprit at CV 1%: long enough (9-20 trials) for the estimate to appear mid-campaign
     exp = make_toy(tmp_path, effects={"slow": 0.96, "noop": 1.0, "gated": 1.0, "fast": 1.0})
     first = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all", timeout=300)
@@ -38,3 +38,13 @@ def test_planning_before_and_during_an_attribution(tmp_path):
     assert m, log
     assert (int(m[1]), int(m[2])) == (counts["none"], counts["all"])
     assert log.index(m[0]) < log.index("[1/")                 # before any trial of this campaign
+
+    # `run` plans from the same stored trials before its first one, and says what it will measure
+    third = cli(tmp_path, "run", exp, "--patches", "none", "--patches", "all", "--repeat", "2", timeout=300)
+    assert third.returncode == 0, third.stderr[-2000:]
+    log = _lines(third.stderr)
+    m = re.search(r"planning from (\d+) stored trial\(s\) of 'none' and (\d+) of 'all' on local \(CV 'none' "
+                  r"[\d.]+%, 'all' [\d.]+%\): to resolve 2% at this noise: about \d+ trials per arm \(this run "
+                  r"measures 2 per arm\)", log)
+    assert m, log
+    assert int(m[1]) > counts["none"] and int(m[2]) > counts["all"]     # the second attribution's too
