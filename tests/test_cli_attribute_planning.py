@@ -48,3 +48,37 @@ def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
                   r"measures 2 per arm\)", log)
     assert m, log
     assert int(m[1]) > counts["none"] and int(m[2]) > counts["all"]     # the second attribution's too
+
+
+def test_plan_progress_logs_when_the_estimate_first_exists_and_when_it_moves():
+    """Not every trial: the first estimate, then only a move by a quarter or more, at least five
+    trials after the last line."""
+    from types import SimpleNamespace
+
+    from bisect_lab.campaign import PlanProgress
+    from bisect_lab.verdicts import PlanEstimate
+
+    class Fake:
+        trials = 0
+        n = None
+
+        def plan_estimate(self):
+            return PlanEstimate(0.01, 0.02, 0.02, self.n)
+
+    lines: list[str] = []
+    strategy = Fake()
+    progress = PlanProgress(SimpleNamespace(log=lines.append), strategy)
+    said = []
+    for trials, n in [(2, None), (3, 20), (4, 40), (8, 22), (9, 40), (14, 44), (20, 60), (21, 5)]:
+        strategy.trials, strategy.n = trials, n
+        progress.update()
+        said.append(len(lines))
+    # 3: first estimate; 4: moved but too soon; 8: within a quarter of 20; 9: moved, 6 trials on;
+    # 14: within a quarter of 40; 20: moved by half; 21: too soon
+    assert said == [0, 1, 1, 1, 2, 2, 3, 3], lines
+    assert lines[0] == ("planning after 3 trials (CV good 1.0%, bad 2.0%): to resolve 2% at this noise: "
+                        "about 20 trials per arm")
+    assert "after 9 trials" in lines[1] and "about 40 trials" in lines[1] and "about 60" in lines[2]
+    # a strategy without an estimate (the screening design) says nothing
+    PlanProgress(SimpleNamespace(log=lines.append), SimpleNamespace(trials=3)).update()
+    assert len(lines) == 3
