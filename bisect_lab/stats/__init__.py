@@ -14,12 +14,12 @@ from .compare import Comparison, compare, welch_log, yuen_log
 from .diagnostics import Drift, detect_drift, outliers, robust_sd, winsorize, within_group_trend
 from .multiple import adjust_pvalues
 from .planning import log_cv, plan_trials
-from .sequential import MARGIN_FRAC, GateResult, regression_gate
+from .sequential import MARGIN_FRAC, NO_REGRESSION_ALPHA_DIVISOR, GateResult, regression_gate
 from .summary import Summary, median_ci, summarize
 
 __all__ = [
     "Comparison", "compare", "welch_log", "yuen_log", "Summary", "summarize", "median_ci", "plan_trials",
     "log_cv", "Drift", "detect_drift", "within_group_trend", "outliers", "robust_sd", "winsorize",
     "adjust_pvalues",
-    "GateResult", "MARGIN_FRAC", "regression_gate",
+    "GateResult", "MARGIN_FRAC", "NO_REGRESSION_ALPHA_DIVISOR", "regression_gate",
 ]

@@ -32,6 +32,8 @@ from .compare import Comparison, compare, yuen_log
 # The regression must clear this share of min_effect (the lower bound's margin, see the module
 # docstring).
 MARGIN_FRAC = 0.25
+# "no regression" ends a campaign, so it is held to alpha / this per look (see the module docstring).
+NO_REGRESSION_ALPHA_DIVISOR = 5
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: flo
     nan = float("nan")
     if min(g.size, b.size) < min_n or not math.isfinite(se):
         return GateResult("continue", cmp, reg, nan, nan)
-    a_no = alpha / 5 if alpha_no is None else alpha_no
+    a_no = alpha / NO_REGRESSION_ALPHA_DIVISOR if alpha_no is None else alpha_no
     if se == 0:
         lo = hi = reg
     else:

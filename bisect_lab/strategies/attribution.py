@@ -482,7 +482,9 @@ class AttributionStrategy(StrategyBase):
         thr = math.log1p(self.min_effect)
         margin = stats.MARGIN_FRAC * thr
         reg = gate.regression_log
-        z_reg, z_no = st.norm.ppf(1 - self.alpha / 2), st.norm.ppf(1 - self.alpha / 5)
+        # the gate's own levels: alpha / 2 per look for a regression, a stricter one for "no regression"
+        z_reg = st.norm.ppf(1 - self.alpha / 2)
+        z_no = st.norm.ppf(1 - self.alpha / stats.NO_REGRESSION_ALPHA_DIVISOR)
         need = [var * (z / d) ** 2 for d, z in ((reg - margin, z_reg), (thr - reg, z_no)) if d > 0]
         n = min(need, default=math.inf)
         budget = self._futility_budget
