@@ -12,6 +12,16 @@ def _lines(stderr: str) -> str:
     return re.sub(r"\s+", " ", stderr)
 
 
+def _planning_line(tmp_path, pattern: str, *args):
+    """Run the CLI (no --json: log lines are wanted) and return the match of ``pattern`` in its log."""
+    p = cli(tmp_path, *args, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    log = _lines(p.stderr)
+    m = re.search(pattern, log)
+    assert m, log
+    return m, log
+
+
 def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
     # a 4% culprit at CV 1%: long enough (9-20 trials) for the estimate to appear mid-campaign
     exp = make_toy(tmp_path, effects={"slow": 0.96, "noop": 1.0, "gated": 1.0, "fast": 1.0})
@@ -29,24 +39,20 @@ def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
     counts = dict(db.execute("SELECT arm, COUNT(*) FROM trials WHERE status='ok' AND arm IN ('none', 'all') "
                              "GROUP BY arm").fetchall())
     db.close()
-    second = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all", "--max-trials", "60", timeout=300)
-    assert second.returncode == 0, second.stderr[-2000:]
-    log = _lines(second.stderr)
-    m = re.search(r"planning from (\d+) stored trial\(s\) of 'none' and (\d+) of 'all' on local "
+    m, log = _planning_line(
+        tmp_path, r"planning from (\d+) stored trial\(s\) of 'none' and (\d+) of 'all' on local "
                   r"\(CV good ([\d.]+)%, bad ([\d.]+)%\): to resolve 2% at this noise: about (\d+) trials "
-                  r"per arm \(budget 60 trials\)", log)
-    assert m, log
+                  r"per arm \(budget 60 trials\)",
+        "attribute", exp, "--good", "none", "--bad", "all", "--max-trials", "60")
     assert (int(m[1]), int(m[2])) == (counts["none"], counts["all"])
     assert log.index(m[0]) < log.index("[1/")                 # before any trial of this campaign
 
     # `run` plans from the same stored trials before its first one, and says what it will measure
-    third = cli(tmp_path, "run", exp, "--patches", "none", "--patches", "all", "--repeat", "2", timeout=300)
-    assert third.returncode == 0, third.stderr[-2000:]
-    log = _lines(third.stderr)
-    m = re.search(r"planning from (\d+) stored trial\(s\) of 'none' and (\d+) of 'all' on local \(CV 'none' "
+    m, _ = _planning_line(
+        tmp_path, r"planning from (\d+) stored trial\(s\) of 'none' and (\d+) of 'all' on local \(CV 'none' "
                   r"[\d.]+%, 'all' [\d.]+%\): to resolve 2% at this noise: about \d+ trials per arm \(this run "
-                  r"measures 2 per arm\)", log)
-    assert m, log
+                  r"measures 2 per arm\)",
+        "run", exp, "--patches", "none", "--patches", "all", "--repeat", "2")
     assert int(m[1]) > counts["none"] and int(m[2]) > counts["all"]     # the second attribution's too
 
 
