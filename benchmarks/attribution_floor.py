@@ -9,6 +9,15 @@ to the real strategy, run on the same scenarios in the same run, is the price of
 (references, the gate, confirmation) rather than of the search itself.
 
     python benchmarks/attribution_floor.py [--reps 100] [--effects 0.05,0.25] [--n 5,10,20] [--and-pair]
+
+A second floor, ``--genie``: a design that *knows the culprits* and measures only the arms that
+prove them (good, bad, the strategy's confirmation arms of the true set and, for a pair, all but
+each member) in balanced randomised blocks, scored by the strategy's own posterior, stop rule and
+significance guard (``AttributionStrategy.proven``), on the main benchmark's scenarios and seeds,
+beside the strategy itself. It must still learn the levels and the noise as the strategy does, so
+its trial count is what the standard of proof costs even with no search at all:
+
+    python benchmarks/attribution_floor.py --genie one5:5,one5:10,one5:20,and5:10 [--standards 0.99/0.9,0.95/0.8]
 """
 from __future__ import annotations
 
@@ -121,6 +130,61 @@ def strategy(n: int, effect: float, rep: int, kind: str = "single") -> tuple[int
     return v.trials, v.status == "culprits" and v.culprits == want
 
 
+def _genie_one(task) -> tuple:
+    """One repetition of a simulate_attribution scenario: the genie and the strategy, same seed."""
+    import simulate_attribution as sa
+    from bisect_lab.strategies.attribution import AttributionStrategy
+
+    key, n, rep, stop, set_p = task
+    sc = next(s for s in sa.SCENARIOS if s.key == key)
+    out = []
+    for method in ("genie", "strategy"):
+        rng = np.random.default_rng([zlib.crc32(key.encode()), n, rep])
+        names, measure, truth, _ = sa.make_measure(sc, n, rng)
+        if method == "strategy":
+            v = attribute_factors(names, measure, seed=rep, max_trials=400,
+                                  stop_probability=stop, set_probability=set_p)
+            out.append((v.trials, v.status == "culprits" and v.culprits == truth))
+            continue
+        s = AttributionStrategy(names, seed=rep, max_trials=400, stop_probability=stop,
+                                set_probability=set_p)
+        C, everything = frozenset(truth), frozenset(names)
+        arms = [frozenset(), everything] + s.confirmation_arms(C)
+        if len(C) > 1:
+            arms += [everything - {c} for c in sorted(C)]
+        order = np.random.default_rng([zlib.crc32(b"genie"), n, rep])
+        named, t = None, 0
+        while named is None and t < 400:
+            for k in order.permutation(len(arms)):
+                s.tell(arms[k], measure(arms[k]))
+                t += 1
+                if t >= len(arms) and (named := s.proven()) is not None:
+                    break
+        out.append((t, named is not None and sorted(named) == truth))
+    return key, n, out
+
+
+def genie_main(cells: str, reps: int, standards: str, jobs: int) -> int:
+    import multiprocessing as mp
+
+    print(f"{'cell':10} {'standard':>9} | {'method':9} {'acc':>6} {'mean':>6} {'p95':>5}")
+    for std in standards.split(","):
+        stop, set_p = (float(x) for x in std.split("/"))
+        tasks = [(c.split(":")[0], int(c.split(":")[1]), rep, stop, set_p)
+                 for c in cells.split(",") for rep in range(reps)]
+        with mp.Pool(jobs) as pool:
+            res = pool.map(_genie_one, tasks, chunksize=2)
+        for cell in cells.split(","):
+            key, n = cell.split(":")[0], int(cell.split(":")[1])
+            rows = [r[2] for r in res if r[0] == key and r[1] == n]
+            for m, method in enumerate(("genie", "strategy")):
+                t = np.array([r[m][0] for r in rows])
+                acc = np.mean([r[m][1] for r in rows])
+                print(f"{cell:10} {std:>9} | {method:9} {acc:6.1%} {t.mean():6.1f} "
+                      f"{np.percentile(t, 95):5.0f}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=100)
@@ -128,7 +192,14 @@ def main(argv=None) -> int:
     ap.add_argument("--n", default="5,10,20")
     ap.add_argument("--and-pair", action="store_true",
                     help="also an AND pair at 5%% among 10 (full hypothesis space; slower)")
+    ap.add_argument("--genie", metavar="CELLS", default="",
+                    help="key:N cells of simulate_attribution (e.g. one5:10,and5:10): the genie floor")
+    ap.add_argument("--standards", default="0.99/0.9",
+                    help="with --genie: stop_probability/set_probability pairs, comma-separated")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     a = ap.parse_args(argv)
+    if a.genie:
+        return genie_main(a.genie, a.reps, a.standards, a.jobs)
     cells = [("single", effect, n) for effect in (float(x) for x in a.effects.split(","))
              for n in (int(x) for x in a.n.split(","))]
     if a.and_pair:

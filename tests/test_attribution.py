@@ -188,3 +188,35 @@ def test_futility_never_stops_a_campaign_the_budget_can_settle():
     v = attribute_factors(names, lambda arm: 1000.0 * math.exp(rng.normal(0, 0.03)), seed=2, max_trials=300)
     assert v.status == "no-regression"
     assert not any(w.startswith("stopped early") for w in v.warnings)
+
+
+def test_proven_names_the_culprit_only_once_the_evidence_holds():
+    """The standard of proof, asked from outside: nothing after a few readings, the culprit once
+    balanced readings of good, bad, 'good plus f' and 'bad minus f' make it clear, and never a
+    culprit when every arm reads the same."""
+    rng = np.random.default_rng(7)
+    everything = frozenset(FACTORS)
+    arms = [frozenset(), everything, frozenset({"mla-cast"}), everything - {"mla-cast"}]
+
+    def reading(arm, hit_factor="mla-cast", effect=0.1):
+        return 500.0 * (1 - effect if hit_factor in arm else 1.0) * math.exp(rng.normal(0, 0.02))
+
+    s = AttributionStrategy(FACTORS, seed=0)
+    assert s.proven() is None                      # no measurements
+    for arm in arms:
+        s.tell(arm, reading(arm))
+    assert s.proven() is None                      # one reading each: far from 99%
+    named = None
+    for _ in range(10):
+        for arm in arms:
+            s.tell(arm, reading(arm))
+        named = s.proven()
+        if named:
+            break
+    assert named == ("mla-cast",)
+
+    flat = AttributionStrategy(FACTORS, seed=0)
+    for _ in range(12):
+        for arm in arms:
+            flat.tell(arm, reading(arm, effect=0.0))
+    assert flat.proven() is None

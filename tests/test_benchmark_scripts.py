@@ -43,3 +43,14 @@ def test_attribution_floor_smoke():
     assert set(rows) == {"oracle", "strategy"}, out
     mean = {k: float(v.split("|")[1].split()[2]) for k, v in rows.items()}
     assert mean["oracle"] < mean["strategy"], out
+
+
+def test_attribution_genie_floor_smoke():
+    """The genie floor runs on the main benchmark's scenarios and prints the genie beside the
+    strategy; a 25% culprit is proven by both, and the genie (no search) needs fewer trials."""
+    out = run("benchmarks/attribution_floor.py", "--genie", "one25:5", "--reps", "3", "--jobs", "1")
+    rows = {l.split("|")[1].split()[0]: l.split("|")[1].split() for l in out.splitlines()
+            if l.startswith("one25:5")}
+    assert set(rows) == {"genie", "strategy"}, out
+    assert all(r[1] == "100.0%" for r in rows.values()), out
+    assert float(rows["genie"][2]) <= float(rows["strategy"][2]), out

@@ -434,6 +434,23 @@ class AttributionStrategy(StrategyBase):
         ll_b = float(np.sum(-0.5 * ((v - mb) / sb) ** 2) - v.size * math.log(sb))
         return ll_b > ll_g
 
+    def proven(self) -> tuple[str, ...] | None:
+        """The culprit set that the standard of proof names on the measurements so far, or None:
+        the posterior stop rule (``stop_probability``, ``set_probability``, ``miss_probability``)
+        and the significance guard, but not the regression gate or the confirmation arms. For
+        designs driven from outside (the genie floor in benchmarks/attribution_floor.py)."""
+        obs, y, _ = self._log_values()
+        if len({o.active for o in obs}) < 2:
+            return None
+        post = self._posterior(obs, y)
+        sets = post.culprit_sets()
+        if not sets:
+            return None
+        best_set, best_p = max(sets.items(), key=lambda kv: kv[1])
+        if self._sure(post, best_set, best_p) and self._significant(obs, y, best_set):
+            return tuple(self.factors[k] for k in best_set)
+        return None
+
     def _sure(self, post, best_set, best_p) -> bool:
         """Stop rule. Every named factor must be a culprit with posterior probability >=
         ``stop_probability``, every other factor must be one with probability <= ``miss_probability``,
