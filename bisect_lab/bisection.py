@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .arms import parse_arm
 from .campaign import (Session, _finish, comparable_workers, flag_campaign, open_campaign, preflight,
-                       single_host_warnings)
+                       single_host_warnings, stored_plan)
 from .errors import UsageError
 from .runner import Executor, TrialSpec
 
@@ -57,6 +57,8 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         ex = Executor(exp, session.store, cid, workers, on_trial=session.on_trial, log=session.log)
         if session.on_plan:
             session.on_plan(budget)
+        session.log(stored_plan(session, [the_arm], f"budget {budget} trials, {candidates} candidate commits",
+                                ["good", "bad"], commits=[good, bad]))
         levels = []
         untestable: dict[str, str] = {}
         lo, hi = good, bad

@@ -109,33 +109,44 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] | None = None) -> str:
+def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] | None = None, *,
+                commits: list[str] | None = None) -> str:
     """One line, before any trial: what earlier measurements of the arms (same experiment, same
     host, any campaign: a `run`, an earlier attribution) say resolving ``min_effect`` between them
     costs. ``note`` ends the line (the budget, or what this run measures); ``labels`` name the arms'
-    noise (default: their specs)."""
+    noise (default: their specs). With ``commits`` (a bisection's good and bad ends), the one arm's
+    trials at each of those commits are compared instead, and the estimate is per commit."""
     from . import stats
     from .verdicts import PlanEstimate
 
     exp, d = session.experiment, session.experiment.design
     host = session.workers[0].host.name
-    values: dict[str, list[float]] = {a.spec: [] for a in arms}
-    for t in session.store.arm_trials(list(values), experiment=_experiment_key(exp), host=host):
+    if commits:
+        groups = [(arms[0].spec, c) for c in commits]
+        names = [f"{arms[0].spec!r} at {commits[0][:12]}"] + [c[:12] for c in commits[1:]]
+    else:
+        groups = [(a.spec, None) for a in arms]
+        names = [repr(a.spec) for a in arms]
+    values: dict[tuple, list[float]] = {g: [] for g in groups}
+    for t in session.store.arm_trials(sorted({spec for spec, _ in groups}), experiment=_experiment_key(exp),
+                                      host=host):
         v = t.metrics.get(session.metric)
-        if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
-            values[t.arm].append(float(v))
-    names = _and([repr(s) for s in values])
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            continue
+        for spec, commit in groups:
+            if t.arm == spec and (commit is None or t.commit == commit):
+                values[(spec, commit)].append(float(v))
     known = [v for v in values.values() if len(v) >= 2]
     if not known:
-        return f"planning: no earlier measurements of {names} on {host} to plan from ({note})"
+        return f"planning: no earlier measurements of {_and(names)} on {host} to plan from ({note})"
     n = stats.plan_trials(known, min_effect=d.min_effect, alpha=d.alpha)
-    counts = [f"{len(v)} of {s!r}" for s, v in values.items()]
+    counts = [f"{len(v)} {'at' if commits and k else 'of'} {name}"
+              for k, (name, v) in enumerate(zip(names, values.values()))]
     counts[0] = counts[0].replace(" of ", " stored trial(s) of ", 1)
-    counted = _and(counts)
-    labels = labels or [repr(s) for s in values]
+    labels = labels or names
     cv = ", ".join(f"{label} {stats.log_cv(v):.1%}" for label, v in zip(labels, values.values()) if len(v) >= 2)
-    text = PlanEstimate(float("nan"), float("nan"), d.min_effect, n).text
-    return f"planning from {counted} on {host} (CV {cv}): {text} ({note})"
+    text = PlanEstimate(float("nan"), float("nan"), d.min_effect, n).describe("commit" if commits else "arm")
+    return f"planning from {_and(counts)} on {host} (CV {cv}): {text} ({note})"
 
 
 class PlanProgress:

@@ -106,10 +106,14 @@ class PlanEstimate(_ToDict):
 
     @property
     def text(self) -> str:
+        return self.describe()
+
+    def describe(self, unit: str = "arm") -> str:
+        """The estimate in words; ``unit``: what is measured that often (an arm, a commit)."""
         if self.trials_per_arm is None:
             return "not enough measurements to plan yet"
         return (f"to resolve {self.min_effect:.0%} at this noise: about {self.trials_per_arm} "
-                "trials per arm")
+                f"trials per {unit}")
 
 
 @dataclass(frozen=True)
