@@ -121,7 +121,7 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
     if "benchmark" not in raw:
         raise ConfigError(path, "benchmark", "missing table; expected [benchmark] with command = ...")
     b = _Section(path, "benchmark", raw["benchmark"],
-                 {"command", "timeout_s", "parser", "metric", "higher_is_better", "patterns", "warmup"})
+                 {"command", "timeout_s", "parser", "metric", "higher_is_better", "patterns", "warmup", "secondary"})
     parser = b.get("parser", str, "sglang-bench-serving")
     known = _parser_names()
     if known and parser not in known:
@@ -141,11 +141,22 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
     metric = b.get("metric", str, "output_throughput")
     if parser == "regex" and metric not in patterns:
         raise ConfigError(path, "benchmark.metric", f"{metric!r} has no pattern in [benchmark.patterns]")
+    secondary = []
+    for k, v in b.get("secondary", dict, {}).items():
+        where = f"benchmark.secondary.{k}"
+        if v not in ("higher", "lower"):
+            raise ConfigError(path, where, f'expected "higher" or "lower" (which way is better), got {v!r}')
+        if k == metric:
+            raise ConfigError(path, where, f"{k!r} is already the primary metric ([benchmark] metric)")
+        if parser == "regex" and k not in patterns:
+            raise ConfigError(path, where, f"{k!r} has no pattern in [benchmark.patterns]")
+        secondary.append((k, v == "higher"))
     bench = Benchmark(
         command=b.get("command", str, required=True, what="a shell command"),
         timeout_s=b.positive("timeout_s", float, 600.0), parser=parser, metric=metric,
         higher_is_better=b.get("higher_is_better", bool, True),
-        patterns=tuple(sorted(patterns.items())), warmup=b.get("warmup", int, 0))
+        patterns=tuple(sorted(patterns.items())), warmup=b.get("warmup", int, 0),
+        secondary=tuple(secondary))
 
     env_raw = raw.get("env", {})
     if not isinstance(env_raw, dict):

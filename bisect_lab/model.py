@@ -94,6 +94,9 @@ class Benchmark:
     higher_is_better: bool = True
     patterns: tuple[tuple[str, str], ...] = ()   # regex parser: metric -> regex with one group
     warmup: int = 0                               # discarded trials per arm at the start
+    # (metric, higher_is_better): also compared by `run`, in one Holm family with `metric`;
+    # decisions (attribute, bisect, sweep) use `metric` alone
+    secondary: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,36 +15,47 @@ def _num(x, fmt="{:.2f}"):
 
 
 def run_result(res: dict, console: Console) -> None:
-    metric = res["metric"]
-    t = Table(title=f"{res['experiment']}: {metric} ({'higher' if res['higher_is_better'] else 'lower'} is better)"
-              f" — campaign {res['campaign']}")
+    # one Holm family over every metric's comparisons (summaries.run_summary)
+    blocks = [res] + list(res.get("secondary", []))
+    family = sum(1 for m in blocks for r in m["comparisons"] if r.get("p_adjusted") is not None) > 1
+    for k, m in enumerate(blocks):
+        _metric_tables(m, family, console, primary_of=res if k == 0 else None)
+    _warnings(res, console)
+
+
+def _metric_tables(m: dict, family: bool, console: Console, primary_of: dict | None) -> None:
+    """One metric's arms table and comparisons table; ``primary_of``: the run, for the primary metric."""
+    direction = f"{m['metric']} ({'higher' if m['higher_is_better'] else 'lower'} is better)"
+    title = (f"{primary_of['experiment']}: {direction} — campaign {primary_of['campaign']}" if primary_of
+             else f"{direction} — secondary metric")
+    t = Table(title=title)
     for col in ("arm", "n", "median", "mean", "CV", "95% CI", "failed"):
         t.add_column(col, justify="left" if col == "arm" else "right")
-    for a in res["arms"]:
+    for a in m["arms"]:
         ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
         t.add_row(escape(a["arm"]), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
                   "-" if a.get("cv") is None else f"{a['cv'] * 100:.1f}%", ci,
                   str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))
     console.print(t)
-    if res["comparisons"]:
-        family = sum(1 for r in res["comparisons"] if r.get("p_adjusted") is not None) > 1
-        c = Table(title="Pairwise comparisons (b relative to a)"
-                  + (", p-values Holm-adjusted over the run's comparisons" if family else ""))
-        for col in ("a", "b", "host", "ratio", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
-            c.add_column(col)
-        for r in res["comparisons"]:
-            ci = "-" if r.get("ci_low") is None else f"{_pct(r['ci_low'])} .. {_pct(r['ci_high'])}"
-            verdict = r["verdict"]
-            if r.get("regression"):
-                verdict = "[bold red]different (regression)[/]"
-            elif verdict == "different":
-                verdict = "[green]different (improvement)[/]"
-            elif verdict == "unknown" and r.get("plan_per_arm"):
-                verdict += f" (about {r['plan_per_arm']} trials per arm would resolve it)"
-            p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
-            c.add_row(escape(r["a"]), escape(r["b"]), escape(r["host"]), _pct(r.get("ratio")), ci, *p_adj, verdict)
-        console.print(c)
-    _warnings(res, console)
+    if not m["comparisons"]:
+        return
+    c = Table(title=("Pairwise comparisons" if primary_of else f"{m['metric']}: pairwise comparisons")
+              + " (b relative to a)"
+              + (", p-values Holm-adjusted over the run's comparisons" if family else ""))
+    for col in ("a", "b", "host", "ratio", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
+        c.add_column(col)
+    for r in m["comparisons"]:
+        ci = "-" if r.get("ci_low") is None else f"{_pct(r['ci_low'])} .. {_pct(r['ci_high'])}"
+        verdict = r["verdict"]
+        if r.get("regression"):
+            verdict = "[bold red]different (regression)[/]"
+        elif verdict == "different":
+            verdict = "[green]different (improvement)[/]"
+        elif verdict == "unknown" and r.get("plan_per_arm"):
+            verdict += f" (about {r['plan_per_arm']} trials per arm would resolve it)"
+        p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
+        c.add_row(escape(r["a"]), escape(r["b"]), escape(r["host"]), _pct(r.get("ratio")), ci, *p_adj, verdict)
+    console.print(c)
 
 
 def _warnings(res: dict, console: Console) -> None:

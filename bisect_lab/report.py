@@ -204,47 +204,56 @@ def _arms_table(values: dict[str, list[float]], trials: list[TrialResult], arms:
                  note="CI of the median: distribution-free (order statistics); CV = standard deviation / mean.")
 
 
-def _comparisons(values, arms, metric, hib, min_effect, alpha) -> tuple[Table | None, list[str]]:
+def _comparisons(blocks, arms, min_effect, alpha) -> list[tuple[Table | None, list[str]]]:
+    """Reference arm against each other arm, per metric; ``blocks``: (metric, values, hib), the
+    primary metric first. One Holm family over every metric's comparisons, as `run` reports them
+    (summaries.holm_comparisons). Returns a table and sentences per block."""
     from .stats import adjust_pvalues
     from .stats.compare import compare
-    rows, sentences = [], []
     ref = arms[0] if arms else None
     pairs = [(ref, b) for b in arms[1:]]
-    compared = {(a, b): compare(values[a], values[b], higher_is_better=hib, min_effect=min_effect, alpha=alpha)
-                for a, b in pairs if len(values.get(a, [])) >= 2 and len(values.get(b, [])) >= 2}
-    # Holm over the report's comparisons, as `run` reports them (summaries.holm_comparisons)
+    compared = {(k, a, b): compare(values[a], values[b], higher_is_better=hib, min_effect=min_effect, alpha=alpha)
+                for k, (_, values, hib) in enumerate(blocks) for a, b in pairs
+                if len(values.get(a, [])) >= 2 and len(values.get(b, [])) >= 2}
     p_adj = dict(zip(compared, adjust_pvalues([c.p_value for c in compared.values()], "holm", alpha)[1]))
-    for a, b in pairs:
-        if (a, b) not in compared:
-            rows.append([_code(a), _code(b), "-", "-", "-", "-", "not enough successful trials"])
-            continue
-        c = compared[(a, b)]
-        if (c.regression or c.improvement) and len(compared) > 1 and not p_adj[(a, b)] < alpha:
-            verdict = f"unknown: significant alone, not after Holm's correction over {len(compared)} comparisons"
-            sentences.append(f"`{b}` vs `{a}`: {_pct(c.ratio)} ({_pct(c.ci_low)} .. {_pct(c.ci_high)}), "
-                             f"not significant once the {len(compared)} comparisons are corrected for (Holm).")
-        elif c.regression:
-            verdict = "**worse** (significant)"
-            sentences.append(f"`{b}` is **{abs(c.ratio - 1) * 100:.1f}% {'lower' if hib else 'higher'}** than `{a}` "
-                             f"({_pct(c.ci_low)} .. {_pct(c.ci_high)}, p={c.p_value:.2g}): a regression.")
-        elif c.improvement:
-            verdict = "better (significant)"
-            sentences.append(f"`{b}` is {abs(c.ratio - 1) * 100:.1f}% better than `{a}` "
-                             f"({_pct(c.ci_low)} .. {_pct(c.ci_high)}).")
-        elif c.verdict == "same":
-            verdict = f"same (within ±{min_effect * 100:g}%)"
-            sentences.append(f"`{b}` and `{a}` perform the same within ±{min_effect * 100:g}%.")
-        else:
-            verdict = "unknown: more trials needed"
-            sentences.append(f"`{b}` vs `{a}`: {_pct(c.ratio)}, but the interval {_pct(c.ci_low)} .. {_pct(c.ci_high)} "
-                             f"is too wide to decide.")
-        rows.append([_code(a), _code(b), _pct(c.ratio), f"{_pct(c.ci_low)} .. {_pct(c.ci_high)}", f"{c.p_value:.2g}",
-                     f"{p_adj[(a, b)]:.2g}", verdict])
-    if not rows:
-        return None, sentences
-    return Table(["reference a", "arm b", "b vs a", "95% CI", "p", "p (Holm)", "verdict"], rows,
-                 note="Ratio of geometric means b/a with a Welch interval on log values (no equal-variance or "
-                      "normality assumption); p (Holm): adjusted for the number of comparisons in this table."), sentences
+    n = len(compared)
+    out = []
+    for k, (metric, values, hib) in enumerate(blocks):
+        rows, sentences = [], []
+        on = f" on {metric}" if k else ""
+        for a, b in pairs:
+            if (k, a, b) not in compared:
+                rows.append([_code(a), _code(b), "-", "-", "-", "-", "not enough successful trials"])
+                continue
+            c = compared[(k, a, b)]
+            if (c.regression or c.improvement) and n > 1 and not p_adj[(k, a, b)] < alpha:
+                verdict = f"unknown: significant alone, not after Holm's correction over {n} comparisons"
+                sentences.append(f"`{b}` vs `{a}`{on}: {_pct(c.ratio)} ({_pct(c.ci_low)} .. {_pct(c.ci_high)}), "
+                                 f"not significant once the {n} comparisons are corrected for (Holm).")
+            elif c.regression:
+                verdict = "**worse** (significant)"
+                sentences.append(f"`{b}` is **{abs(c.ratio - 1) * 100:.1f}% {'lower' if hib else 'higher'}**{on} "
+                                 f"than `{a}` ({_pct(c.ci_low)} .. {_pct(c.ci_high)}, p={c.p_value:.2g}): a regression.")
+            elif c.improvement:
+                verdict = "better (significant)"
+                sentences.append(f"`{b}` is {abs(c.ratio - 1) * 100:.1f}% better{on} than `{a}` "
+                                 f"({_pct(c.ci_low)} .. {_pct(c.ci_high)}).")
+            elif c.verdict == "same":
+                verdict = f"same (within ±{min_effect * 100:g}%)"
+                sentences.append(f"`{b}` and `{a}` perform the same{on} within ±{min_effect * 100:g}%.")
+            else:
+                verdict = "unknown: more trials needed"
+                sentences.append(f"`{b}` vs `{a}`{on}: {_pct(c.ratio)}, but the interval {_pct(c.ci_low)} .. "
+                                 f"{_pct(c.ci_high)} is too wide to decide.")
+            rows.append([_code(a), _code(b), _pct(c.ratio), f"{_pct(c.ci_low)} .. {_pct(c.ci_high)}",
+                         f"{c.p_value:.2g}", f"{p_adj[(k, a, b)]:.2g}", verdict])
+        table = None if not rows else Table(
+            ["reference a", "arm b", "b vs a", "95% CI", "p", "p (Holm)", "verdict"], rows,
+            note="Ratio of geometric means b/a with a Welch interval on log values (no equal-variance or "
+                 "normality assumption); p (Holm): adjusted for the number of comparisons in the report"
+                 + (" (every metric's)" if len(blocks) > 1 else "") + ".")
+        out.append((table, sentences))
+    return out
 
 
 def _run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
@@ -255,7 +264,9 @@ def _run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
     values = _ok_values(trials_m, metric)
     min_effect = float(c.params.get("min_effect") or 0.02)
     alpha = float(c.params.get("alpha") or 0.05)
-    table, sentences = _comparisons(values, arms, metric, hib, min_effect, alpha)
+    secondary = [(m["metric"], bool(m["higher_is_better"])) for m in (c.result or {}).get("secondary", [])]
+    blocks = [(metric, values, hib)] + [(m, _ok_values(trials_m, m), h) for m, h in secondary]
+    (table, sentences), *more = _comparisons(blocks, arms, min_effect, alpha)
     bad = any("a regression" in s for s in sentences)
     unknown = any("too wide" in s for s in sentences)
     if not values:
@@ -269,6 +280,13 @@ def _run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
     s.add(_arms_table(values, trials_m, arms))
     s.add(table)
     sections.append(s)
+    for (m, m_values, m_hib), (m_table, m_sentences) in zip(blocks[1:], more):
+        s = Section(f"Secondary metric: {m} ({'higher' if m_hib else 'lower'} is better)")
+        if m_sentences:
+            s.p(" ".join(m_sentences))
+        s.add(_arms_table(m_values, trials_m, arms))
+        s.add(m_table)
+        sections.append(s)
     sections.append(_evidence_section(trials_m, metric, hib, arms))
     sections += _trust_sections(store, trials_m, metric, hib, values)
     facts = [("experiment", c.experiment_name or c.experiment or "-"), ("metric", metric),

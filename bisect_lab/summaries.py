@@ -65,15 +65,43 @@ def flag_warnings(trials: list[TrialResult]) -> list[str]:
 
 
 def run_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], campaign: str) -> dict:
-    """Per-arm summaries and pairwise comparisons, blocked by host."""
-    from .stats import compare, plan_trials, summarize
-    metric = exp.benchmark.metric
+    """Per-arm summaries and pairwise comparisons, blocked by host: for the primary metric and, under
+    ``secondary``, for each of ``[benchmark.secondary]``; one Holm family over all comparisons."""
+    b = exp.benchmark
     hosts = sorted({t.host for t in trials}) or ["local"]
+    out_arms, comparisons = _metric_summary(exp, arms, trials, b.metric, b.higher_is_better, hosts)
+    secondary = []
+    for metric, hib in b.secondary:
+        m_arms, m_cmp = _metric_summary(exp, arms, trials, metric, hib, hosts)
+        secondary.append({"metric": metric, "higher_is_better": hib, "arms": m_arms, "comparisons": m_cmp})
+    family = comparisons + [r for m in secondary for r in m["comparisons"]]
+    missing = [m["metric"] for m in secondary if trials and not any(a["n"] for a in m["arms"])]
+    warnings = holm_comparisons(family, exp.design.alpha)
+    warnings += [f"secondary metric {m!r} was in no successful trial's output (parser {b.parser!r})" for m in missing]
+    out = {"campaign": campaign, "experiment": exp.name, "metric": b.metric,
+           "higher_is_better": b.higher_is_better, "hosts": hosts,
+           "arms": out_arms, "comparisons": comparisons, "trials": len(trials),
+           "env_propagation": env_propagation(trials),
+           "warnings": warnings + env_warnings(trials) + flag_warnings(trials)}
+    if secondary:
+        out["secondary"] = secondary
+    return out
+
+
+def _metric_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], metric: str, hib: bool,
+                    hosts: list[str]) -> tuple[list[dict], list[dict]]:
+    """One metric's per-arm rows and pairwise comparisons (per host)."""
+    from .stats import compare, plan_trials, summarize
+
+    def ok_values(spec: str, host: str | None = None) -> list[float]:
+        return [float(t.metrics[metric]) for t in trials
+                if t.arm == spec and t.ok and (host is None or t.host == host)
+                and _finite(t.metrics.get(metric)) is not None]
+
     out_arms = []
     fails = failures_by_arm(trials)
     for arm in arms:
-        vals = [float(t.metrics[metric]) for t in trials
-                if t.arm == arm.spec and t.ok and _finite(t.metrics.get(metric)) is not None]
+        vals = ok_values(arm.spec)
         row = {"arm": arm.spec, "n": len(vals), "failed": sum(fails.get(arm.spec, {}).values()),
                "failures": fails.get(arm.spec, {})}
         if vals:
@@ -86,14 +114,10 @@ def run_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], cam
     comparisons = []
     for a, b in itertools.combinations(arms, 2):
         for host in hosts:
-            va = [float(t.metrics[metric]) for t in trials if t.arm == a.spec and t.host == host and t.ok
-                  and _finite(t.metrics.get(metric)) is not None]
-            vb = [float(t.metrics[metric]) for t in trials if t.arm == b.spec and t.host == host and t.ok
-                  and _finite(t.metrics.get(metric)) is not None]
+            va, vb = ok_values(a.spec, host), ok_values(b.spec, host)
             row = {"a": a.spec, "b": b.spec, "host": host, "n_a": len(va), "n_b": len(vb)}
             if len(va) >= 2 and len(vb) >= 2:
-                c = compare(va, vb, higher_is_better=exp.benchmark.higher_is_better,
-                            min_effect=exp.design.min_effect, alpha=exp.design.alpha)
+                c = compare(va, vb, higher_is_better=hib, min_effect=exp.design.min_effect, alpha=exp.design.alpha)
                 row.update(ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high, p_value=c.p_value,
                            verdict=c.verdict, regression=bool(c.regression))
                 if c.verdict == "unknown":
@@ -106,15 +130,11 @@ def run_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], cam
                 row.update(ratio=None, ci_low=None, ci_high=None, p_value=None, verdict="unknown",
                            regression=False)
             comparisons.append(row)
-    return {"campaign": campaign, "experiment": exp.name, "metric": metric,
-            "higher_is_better": exp.benchmark.higher_is_better, "hosts": hosts,
-            "arms": out_arms, "comparisons": comparisons, "trials": len(trials),
-            "env_propagation": env_propagation(trials),
-            "warnings": holm_comparisons(comparisons, exp.design.alpha) + env_warnings(trials) + flag_warnings(trials)}
+    return out_arms, comparisons
 
 
 def holm_comparisons(comparisons: list[dict], alpha: float) -> list[str]:
-    """Family-wise error control over a run's pairwise comparisons (Holm): every row with a
+    """Family-wise error control over a run's pairwise comparisons, of every metric (Holm): every row with a
     p-value gets ``p_adjusted``; a "different" verdict whose adjusted p-value is not below alpha
     becomes "unknown" (with five arms, ten comparisons at 5% each called some pair different in
     26.5% of simulated A/A runs; tests/test_calibration.py). "same" verdicts (equivalence within min_effect) are kept as

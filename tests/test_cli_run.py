@@ -72,6 +72,41 @@ def test_run_with_several_arms_reports_holm_adjusted_p_values(tmp_path, toy):
     assert "p (Holm)" in human.stdout, human.stdout
 
 
+def test_run_compares_secondary_metrics_in_one_holm_family(tmp_path):
+    """[benchmark.secondary]: latency is compared too, in its own direction (lower is better), and
+    every metric's comparisons share one Holm family; the human output and the report show it."""
+    from statsmodels.stats.multitest import multipletests
+    exp = make_toy(tmp_path, extra_toml="""
+        [benchmark.secondary]
+        median_ttft_ms = "lower"
+    """)
+    p = cli(tmp_path, "run", exp, "--patches", "none", "--patches", "none TOY_TTFT=1.3", "--repeat", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    (tput,) = res["comparisons"]
+    (sec,) = res["secondary"]
+    assert sec["metric"] == "median_ttft_ms" and sec["higher_is_better"] is False
+    assert [a["n"] for a in sec["arms"]] == [4, 4]
+    (ttft,) = sec["comparisons"]
+    assert ttft["ratio"] == pytest.approx(1.3, rel=0.05)              # the planted latency change
+    assert ttft["verdict"] == "different" and ttft["regression"] is True
+    assert tput["ratio"] == pytest.approx(1.0, abs=0.04) and tput["regression"] is False
+    expected = multipletests([tput["p_value"], ttft["p_value"]], method="holm")[1]
+    assert [tput["p_adjusted"], ttft["p_adjusted"]] == pytest.approx(list(expected))
+
+    report = cli(tmp_path, "report", res["campaign"], "--format", "md", "--out", tmp_path / "r.md")
+    assert report.returncode == 0, report.stderr
+    md = (tmp_path / "r.md").read_text()
+    assert "Secondary metric: median_ttft_ms (lower is better)" in md, md
+    assert "higher** on median_ttft_ms than `none`" in md, md
+
+    human = cli(tmp_path, "run", exp, "--patches", "none", "--patches", "none TOY_TTFT=1.3", "--repeat", "3")
+    assert human.returncode == 0, human.stderr
+    out = " ".join(human.stdout.split())
+    assert "median_ttft_ms (lower is better) — secondary metric" in out, out
+    assert "median_ttft_ms: pairwise comparisons" in out and "p (Holm)" in out, out
+
+
 def test_run_human_output_and_single_arm_compares_to_all(tmp_path, toy):
     p = cli(tmp_path, "run", toy, "--patches", "all-minus slow", "--repeat", "3")
     assert p.returncode == 0, p.stderr

@@ -74,6 +74,16 @@ def test_full_experiment(tmp_path):
     assert (e.design.seed, e.design.max_trials, e.design.min_effect) == (7, 40, 0.05)
 
 
+def test_secondary_metrics_keep_their_direction_and_order(tmp_path):
+    e = load_experiment(write(tmp_path, BASE + """
+        [benchmark.secondary]
+        median_ttft_ms = "lower"
+        request_throughput = "higher"
+    """))
+    assert e.benchmark.secondary == (("median_ttft_ms", False), ("request_throughput", True))
+    assert load_experiment(write(tmp_path, BASE, "plain.toml")).benchmark.secondary == ()
+
+
 @pytest.mark.parametrize("body, key, words", [
     ("[target\nrepo=1", None, "malformed TOML"),
     ("[benchmark]\ncommand='x'\n", "target", "missing table"),
@@ -91,6 +101,13 @@ def test_full_experiment(tmp_path):
     (BASE + "[gpu]\ndevices = ['a']\n", "gpu.devices", "GPU indices"),
     (BASE + "[design]\nseed = true\n", "design.seed", "integer"),
     (BASE + "[design]\nconfidence = 2.0\n", "design.confidence", "between 0.5 and 1"),
+    (BASE + "[benchmark.secondary]\nmedian_ttft_ms = 'less'\n", "benchmark.secondary.median_ttft_ms",
+     'expected "higher" or "lower"'),
+    (BASE + "[benchmark.secondary]\noutput_throughput = 'higher'\n", "benchmark.secondary.output_throughput",
+     "already the primary metric"),
+    (BASE + "parser = 'regex'\nmetric='m'\n[benchmark.patterns]\nm = 'm: (\\d+)'\n[benchmark.secondary]\nlat = 'lower'\n",
+     "benchmark.secondary.lat", "no pattern in [benchmark.patterns]"),
+    (BASE + "secondary = ['median_ttft_ms']\n", "benchmark.secondary", "expected dict"),
     (BASE.replace('repo = "repo"', 'repo = "repo"\npatches = "nope"'), None, "patch-set folder does not exist"),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, body, key, words):

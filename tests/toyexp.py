@@ -3,8 +3,8 @@
 The benchmark prints SGLang ``bench_serving`` output. Its throughput is the product
 of factors that live in the tree (one file per patch) and in the environment, with
 real random noise (CV about 1%), so the tests check that bisect-lab recovers a
-planted ground truth rather than a hard-coded answer. Env knobs make it crash,
-hang, print garbage, or spawn workers with a clean environment.
+planted ground truth rather than a hard-coded answer (``TOY_TTFT`` scales its median TTFT alone).
+Env knobs make it crash, hang, print garbage, or spawn workers with a clean environment.
 """
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ print(f"{'Successful requests:':<40}{32:<10}")
 print(f"{'Benchmark duration (s):':<40}{1.23:<10.2f}")
 print(f"{'Output token throughput (tok/s):':<40}{tput:<10.2f}")
 print(f"{'Total token throughput (tok/s):':<40}{tput * 2:<10.2f}")
+# latency moves on its own knob: a secondary metric that throughput does not reflect
+ttft = 50.0 * float(os.environ.get("TOY_TTFT", "1")) * random.gauss(1.0, float(os.environ.get("TOY_CV", "0.01")))
+print(f"{'Median TTFT (ms):':<40}{ttft:<10.2f}")
 print("==================================================")
 '''
 
