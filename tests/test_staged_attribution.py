@@ -73,6 +73,24 @@ def test_handed_over_stage_explains_itself_without_stale_budget_warnings():
     assert handed >= 1        # the story's first stage cannot express three culprits: it hands over
 
 
+def test_a_stage_that_cannot_settle_hands_over_early_even_with_a_large_budget():
+    """The story's first stage is sure of mla long before it could settle (three culprits are
+    outside one stage's hypotheses): it hands over after STAGE_SOFT_TRIALS, not at 60% of a
+    400-trial budget (240 trials, as it did), and the pattern is still named in full."""
+    right, first, total = 0, [], []
+    for seed in range(8):
+        measure, calls = story(seed=900 + seed)
+        v = attribute_factors(FACTORS, measure, seed=seed, max_trials=400)
+        stages = v.extra["stages"]
+        first.append(stages[0]["ended_after_trials"])
+        total.append(v.trials)
+        right += v.status == "culprits" and set(v.culprits) == {"mla", "oea", "env:OEA"}
+    # without the cap three of these eight first stages ran to trial 240 (mean total 118 trials)
+    assert max(first) <= 102, first
+    assert np.mean(total) < 90, total
+    assert right >= 7, right
+
+
 def test_interactions_are_refitted_on_all_culprits_together():
     """The story's pair is oea x env:OEA (AND); mla is a plain main effect. Whatever each stage read
     into its own data, the final answer must say exactly that."""

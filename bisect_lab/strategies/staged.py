@@ -33,6 +33,12 @@ RESIDUAL_LOOKS = 4        # the residual is shown at alpha / this (it is looked 
 # checks them). A hard 60% cut made a lone 2% culprit run out of budget in 15% of runs.
 STAGE_SHARE = 0.85
 STAGE_SOFT_SHARE = 0.6
+# ... and at most this many trials: a first stage that is sure of a factor but cannot settle (the
+# story: a 25% culprit beside an AND pair, outside one stage's hypotheses) otherwise wandered among
+# "culprit plus some partner" until 60% of the budget (240 of 400 trials) before handing over.
+# Two-factor patterns that do settle in one stage take up to about 100 (OR pair p95 107; at 80,
+# 15% of OR pairs were named as one member).
+STAGE_SOFT_TRIALS = 100
 # The residual check after a stage (see _after_stage), quick or thorough:
 # - at most this many readings of each arm while the comparison stays undecided;
 RESIDUAL_MAX = {"quick": 8, "thorough": 12}
@@ -157,7 +163,7 @@ class StagedAttribution:
         seeded = [o for o in self.observations if o.active >= base]
         self._seeded = len(seeded)
         self._soft_limit = (None if last else
-                            len(seeded) + max(1, math.ceil(STAGE_SOFT_SHARE * left)))
+                            len(seeded) + max(1, min(math.ceil(STAGE_SOFT_SHARE * left), STAGE_SOFT_TRIALS)))
         stage = AttributionStrategy(remaining, higher_is_better=self.higher_is_better,
                                     seed=self.seed + 7919 * len(self.stages),
                                     max_trials=budget + len(seeded), min_effect=self.min_effect,
@@ -399,8 +405,9 @@ class StagedAttribution:
         extra = dict(first.extra)
         extra["stages"] = [{"good_plus": sorted(base), "status": v.status, "culprits": v.culprits,
                             "hypothesis": v.hypothesis,
-                            "regression": v.regression.to_dict() if v.regression else None}
-                           for (base, _), v in zip(self.stages, verdicts)]
+                            "regression": v.regression.to_dict() if v.regression else None,
+                            "ended_after_trials": self._ended[k] if k < len(self._ended) else None}
+                           for k, ((base, _), v) in enumerate(zip(self.stages, verdicts))]
         interactions = tuple(i for v in named for i in v.interactions)
         if not effects and len(culprits) == 1:
             # one culprit from a stage that handed over before its own decomposition: its effect
