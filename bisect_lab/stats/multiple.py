@@ -1,4 +1,4 @@
-"""Multiple-comparison control across factors and metrics (statsmodels' implementation)."""
+"""Multiple-comparison control across factors and metrics (Holm here; other methods: statsmodels)."""
 from __future__ import annotations
 
 import numpy as np
