@@ -489,6 +489,7 @@ class StagedAttribution:
         kinds = ["main"] * k + ["interaction"] * len(pairs)
         labels = list(culprits) + [f"{a}*{b}" for a, b in pairs]
         fit = loglinear_effects(y, mains + [X[a] * X[b] for a, b in pairs], labels, kinds, alpha=self.alpha)
+        me = math.log1p(self.min_effect)
         keep = []
         if pairs:
             pv = [fit[k + n].effect.p_value for n in range(len(pairs))]
@@ -499,15 +500,16 @@ class StagedAttribution:
             labels = list(culprits) + [f"{a}*{b}" for a, b in keep]
             effects = loglinear_effects(y, mains + [X[a] * X[b] for a, b in keep], labels,
                                         ["main"] * k + ["interaction"] * len(keep), alpha=self.alpha)
-            # re-fitted with the mains only, a term may lose its significance: drop the weakest
+            # re-fitted with the mains only, a term may lose its significance: drop the weakest;
+            # and one smaller than min_effect is not worth reporting (a -1.7% "synergy" at p 0.007
+            # on the toy story), as a culprit must be worth min_effect
             weak = [(e.effect.p_value, n) for n, e in enumerate(effects[k:])
-                    if e.effect.ci_low <= 1 <= e.effect.ci_high]
+                    if e.effect.ci_low <= 1 <= e.effect.ci_high or abs(math.log(e.effect.ratio)) < me]
             if not weak:
                 break
             keep.pop(max(weak)[1])
         by_name = {e.name: e for e in effects}
         total = sum(math.log(e.effect.ratio) for e in effects)
-        me = math.log1p(self.min_effect)
 
         def own_regression(m: str, joint: float) -> bool:
             """Does factor m, alone, make things materially and significantly worse? Material: at
