@@ -453,7 +453,7 @@ class AttributionStrategy(StrategyBase):
 
     def reads_bad_alone(self, factor: str) -> bool:
         """Does "good plus ``factor`` alone" read significantly worse than good (one-sided, at
-        alpha / N, the good level's noise) and nearer the bad level than the good one?"""
+        alpha / N, against the pooled within-arm noise) and nearer the bad level than the good one?"""
         from scipy import stats as st
         post = self.posterior
         obs, y, _ = self._log_values()
@@ -468,31 +468,34 @@ class AttributionStrategy(StrategyBase):
         return bool(worse / (sd * math.sqrt(1 / v.size + 1 / g.size)) > st.norm.ppf(1 - self.alpha / len(self.factors)))
 
     @staticmethod
-    def _pure_error_sd(obs, y) -> float | None:
-        """Pooled within-arm standard deviation of the replicated arms (no level weighting: a
-        noise ratio from a few reference readings is itself noisy)."""
+    def _by_arm(obs, y) -> dict[frozenset, np.ndarray]:
         arms: dict[frozenset, list[float]] = {}
         for o, v in zip(obs, y):
             arms.setdefault(o.active, []).append(float(v))
-        df = sum(len(v) - 1 for v in arms.values())
-        ss = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2)) for v in arms.values())
+        return {a: np.asarray(v) for a, v in arms.items()}
+
+    @classmethod
+    def _pure_error_sd(cls, obs, y) -> float | None:
+        """Pooled within-arm standard deviation of the replicated arms (no level weighting: a
+        noise ratio from a few reference readings is itself noisy)."""
+        arms = cls._by_arm(obs, y).values()
+        df = sum(v.size - 1 for v in arms)
+        ss = sum(float(np.sum((v - v.mean()) ** 2)) for v in arms)
         return math.sqrt(ss / df) if df >= 2 and ss > 0 else None
 
     def misfit(self) -> float | None:
         """Lack-of-fit p-value of the best-fitting hypothesis on the measurements so far: an F test
-        of its two-level predictions against the arms' own spread (pure error), each level weighted
-        by its noise. None when it cannot be judged yet. A small value says that no hypothesis of
-        this stage describes the data (three culprits, say, where a stage holds one or two)."""
+        of its two-level predictions against the arms' own spread (pure error). None when it
+        cannot be judged yet. A small value says that no hypothesis of this stage describes the
+        data (three culprits, say, where a stage holds one or two)."""
         from scipy import stats as st
         post = self.posterior
         obs, y, _ = self._log_values()
         if post is None or not obs:
             return None
-        arms: dict[frozenset, list[float]] = {}
-        for o, v in zip(obs, y):
-            arms.setdefault(o.active, []).append(float(v))
+        arms = self._by_arm(obs, y)
         keys = list(arms)
-        ys = [np.asarray(arms[a]) for a in keys]
+        ys = list(arms.values())
         df_pe, df_lof = sum(v.size - 1 for v in ys), len(ys) - 2
         if df_pe < 2 or df_lof < 1:
             return None
