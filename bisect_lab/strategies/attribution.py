@@ -451,69 +451,6 @@ class AttributionStrategy(StrategyBase):
             return tuple(self.factors[k] for k in best_set)
         return None
 
-    def reads_bad_alone(self, factor: str) -> bool:
-        """Does "good plus ``factor`` alone" read significantly worse than good (one-sided, at
-        alpha / N, against the pooled within-arm noise) and nearer the bad level than the good one?"""
-        from scipy import stats as st
-        post = self.posterior
-        obs, y, _ = self._log_values()
-        v = self._arm_values(obs, y, frozenset((factor,)))
-        g = self._arm_values(obs, y, self.good)
-        if post is None or v.size == 0 or g.size < 2 or not self._nearer_bad(v, post.levels):
-            return False
-        sd = self._pure_error_sd(obs, y)
-        if sd is None:
-            return False
-        worse = (g.mean() - v.mean()) if self.higher_is_better else (v.mean() - g.mean())
-        return bool(worse / (sd * math.sqrt(1 / v.size + 1 / g.size)) > st.norm.ppf(1 - self.alpha / len(self.factors)))
-
-    @staticmethod
-    def _by_arm(obs, y) -> dict[frozenset, np.ndarray]:
-        arms: dict[frozenset, list[float]] = {}
-        for o, v in zip(obs, y):
-            arms.setdefault(o.active, []).append(float(v))
-        return {a: np.asarray(v) for a, v in arms.items()}
-
-    @classmethod
-    def _pure_error_sd(cls, obs, y) -> float | None:
-        """Pooled within-arm standard deviation of the replicated arms (no level weighting: a
-        noise ratio from a few reference readings is itself noisy)."""
-        arms = cls._by_arm(obs, y).values()
-        df = sum(v.size - 1 for v in arms)
-        ss = sum(float(np.sum((v - v.mean()) ** 2)) for v in arms)
-        return math.sqrt(ss / df) if df >= 2 and ss > 0 else None
-
-    def misfit(self) -> float | None:
-        """Lack-of-fit p-value of the best-fitting hypothesis on the measurements so far: an F test
-        of its two-level predictions against the arms' own spread (pure error). None when it
-        cannot be judged yet. A small value says that no hypothesis of this stage describes the
-        data (three culprits, say, where a stage holds one or two)."""
-        from scipy import stats as st
-        post = self.posterior
-        obs, y, _ = self._log_values()
-        if post is None or not obs:
-            return None
-        arms = self._by_arm(obs, y)
-        keys = list(arms)
-        ys = list(arms.values())
-        df_pe, df_lof = sum(v.size - 1 for v in ys), len(ys) - 2
-        if df_pe < 2 or df_lof < 1:
-            return None
-        # unweighted: a noise ratio from a few reference readings (good 0.2% on three readings
-        # beside bad 3%) made every good-level arm "misfit"
-        P = self.space.positions(self._matrix(keys))[:, post.weights > 0]      # K arms x H hypotheses
-        n = np.array([v.size for v in ys], float)[:, None]
-        m = np.array([v.mean() for v in ys])[:, None]
-        a00, a01, a11 = (n * (1 - P) ** 2).sum(0), (n * (1 - P) * P).sum(0), (n * P ** 2).sum(0)
-        b0, b1 = (n * (1 - P) * m).sum(0), (n * P * m).sum(0)
-        det = np.maximum(a00 * a11 - a01 ** 2, 1e-300)
-        mg, mb = (a11 * b0 - a01 * b1) / det, (a00 * b1 - a01 * b0) / det
-        ss_lof = float(np.min((n * (m - mg - P * (mb - mg)) ** 2).sum(0)))
-        ss_pe = float(sum(np.sum((v - v.mean()) ** 2) for v in ys))
-        if ss_pe <= 0:
-            return None
-        return float(st.f.sf((ss_lof / df_lof) / (ss_pe / df_pe), df_lof, df_pe))
-
     def _sure(self, post, best_set, best_p) -> bool:
         """Stop rule. Every named factor must be a culprit with posterior probability >=
         ``stop_probability``, every other factor must be one with probability <= ``miss_probability``,

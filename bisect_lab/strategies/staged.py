@@ -39,14 +39,6 @@ STAGE_SOFT_SHARE = 0.6
 # Two-factor patterns that do settle in one stage take up to about 100 (OR pair p95 107; at 80,
 # 15% of OR pairs were named as one member).
 STAGE_SOFT_TRIALS = 100
-# Earlier still, after STAGE_SOFT_FLOOR trials, when no hypothesis of the stage fits the data (the
-# best fit's lack-of-fit p-value under STAGE_MISFIT_P: the story's three culprits) and each sure
-# factor alone reads significantly worse than good (the hand-over skips the stage's confirmation:
-# without that guard a wrong factor was handed over in the drift cell, 99% -> 95% right, and in a
-# 2% culprit's run): the story 69.3 / 90.0 -> 42.8 / 54.0 trials, at CV 1% 54.8 / 95.3 -> 35.6 /
-# 55.6; no other benchmark cell moved. Looked at after every trial, hence the strict level.
-STAGE_SOFT_FLOOR = 30
-STAGE_MISFIT_P = 0.001
 # The residual check after a stage (see _after_stage), quick or thorough:
 # - at most this many readings of each arm while the comparison stays undecided;
 RESIDUAL_MAX = {"quick": 8, "thorough": 12}
@@ -181,24 +173,13 @@ class StagedAttribution:
         self.stages.append((base, stage))
 
     def _hand_over(self, stage: AttributionStrategy) -> bool:
-        """Past its soft share, the first stage hands over as soon as it is sure of some factor, and
-        before it when none of its hypotheses fits (see STAGE_SOFT_FLOOR); a residual stage ends
-        when its gate has not seen a regression in RESIDUAL_PATIENCE trials."""
+        """Past its soft share, the first stage hands over as soon as it is sure of some factor;
+        a residual stage ends when its gate has not seen a regression in RESIDUAL_PATIENCE trials."""
         if len(self.stages) > 1:
             return (stage.trials - self._seeded >= RESIDUAL_PATIENCE
                     and stage.gate_decision not in ("regression", "no-regression"))
-        if self._soft_limit is None or len(self.stages) != 1:
+        if self._soft_limit is None or len(self.stages) != 1 or stage.trials < self._soft_limit:
             return False
-        if stage.trials < self._soft_limit:
-            if stage.trials - self._seeded < STAGE_SOFT_FLOOR:
-                return False
-            m = stage.misfit()
-            if m is None or m >= STAGE_MISFIT_P:
-                return False
-            post = stage.posterior
-            sure = [stage.factors[k] for k in np.flatnonzero(post.factor_marginals() >= SURE)] if post else []
-            # early, unconfirmed: each factor handed over must already read bad on its own
-            return bool(sure) and all(stage.reads_bad_alone(f) for f in sure)
         post = stage.posterior
         return post is not None and float(post.factor_marginals().max()) >= SURE
 
