@@ -206,16 +206,17 @@ def _arms_table(values: dict[str, list[float]], trials: list[TrialResult], arms:
 
 def _comparisons(blocks, arms, min_effect, alpha) -> list[tuple[Table | None, list[str]]]:
     """Reference arm against each other arm, per metric; ``blocks``: (metric, values, hib), the
-    primary metric first. One Holm family over every metric's comparisons, as `run` reports them
-    (summaries.holm_comparisons). Returns a table and sentences per block."""
-    from .stats import adjust_pvalues
+    primary metric first. One Holm family over every metric's comparisons, decided as `run` decides
+    it (summaries.holm_comparisons). Returns a table and sentences per block."""
     from .stats.compare import compare
+    from .summaries import holm_comparisons
     ref = arms[0] if arms else None
     pairs = [(ref, b) for b in arms[1:]]
     compared = {(k, a, b): compare(values[a], values[b], higher_is_better=hib, min_effect=min_effect, alpha=alpha)
                 for k, (_, values, hib) in enumerate(blocks) for a, b in pairs
                 if len(values.get(a, [])) >= 2 and len(values.get(b, [])) >= 2}
-    p_adj = dict(zip(compared, adjust_pvalues([c.p_value for c in compared.values()], "holm", alpha)[1]))
+    holm = {key: {"p_value": c.p_value, "verdict": c.verdict} for key, c in compared.items()}
+    holm_comparisons(list(holm.values()), alpha)       # adds p_adjusted; downgrades what does not survive
     n = len(compared)
     out = []
     for k, (metric, values, hib) in enumerate(blocks):
@@ -225,8 +226,8 @@ def _comparisons(blocks, arms, min_effect, alpha) -> list[tuple[Table | None, li
             if (k, a, b) not in compared:
                 rows.append([_code(a), _code(b), "-", "-", "-", "-", "not enough successful trials"])
                 continue
-            c = compared[(k, a, b)]
-            if (c.regression or c.improvement) and n > 1 and not p_adj[(k, a, b)] < alpha:
+            c, h = compared[(k, a, b)], holm[(k, a, b)]
+            if "unadjusted_verdict" in h:
                 verdict = f"unknown: significant alone, not after Holm's correction over {n} comparisons"
                 sentences.append(f"`{b}` vs `{a}`{on}: {_pct(c.ratio)} ({_pct(c.ci_low)} .. {_pct(c.ci_high)}), "
                                  f"not significant once the {n} comparisons are corrected for (Holm).")
@@ -246,7 +247,7 @@ def _comparisons(blocks, arms, min_effect, alpha) -> list[tuple[Table | None, li
                 sentences.append(f"`{b}` vs `{a}`{on}: {_pct(c.ratio)}, but the interval {_pct(c.ci_low)} .. "
                                  f"{_pct(c.ci_high)} is too wide to decide.")
             rows.append([_code(a), _code(b), _pct(c.ratio), f"{_pct(c.ci_low)} .. {_pct(c.ci_high)}",
-                         f"{c.p_value:.2g}", f"{p_adj[(k, a, b)]:.2g}", verdict])
+                         f"{c.p_value:.2g}", f"{h.get('p_adjusted', c.p_value):.2g}", verdict])
         table = None if not rows else Table(
             ["reference a", "arm b", "b vs a", "95% CI", "p", "p (Holm)", "verdict"], rows,
             note="Ratio of geometric means b/a with a Welch interval on log values (no equal-variance or "

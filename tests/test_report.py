@@ -257,3 +257,16 @@ def test_inconclusive_attribution_says_what_is_likely_and_what_it_would_take(tmp
     assert "Most likely involved so far: **mla-gather-cast** (0.97)." in rep.answer and "oea-topk" not in rep.answer
     assert "(CV 23%) needs about 1099 trials per arm to resolve 2%" in rep.answer
     store.close()
+
+
+def test_report_comparisons_decide_holm_as_run_does():
+    """A 4% difference significant on its own (p 0.04) but not among three comparisons reads
+    "unknown" in the report, with its Holm-adjusted p-value, as `run` would show it."""
+    from bisect_lab.report import _comparisons
+    rng = np.random.default_rng(0)
+    vals = {a: list(1000 * np.exp(rng.normal(m, 0.03, 5))) for a, m in (("a", 0), ("b", -0.045), ("c", 0), ("d", 0))}
+    ((table, sentences),) = _comparisons([("tok", vals, True)], ["a", "b", "c", "d"], 0.02, 0.05)
+    row = next(r for r in table.rows if r[1] == "`b`")
+    assert float(row[4]) < 0.05 <= float(row[5]), row
+    assert row[6].startswith("unknown: significant alone, not after Holm's correction over 3"), row
+    assert any("corrected for (Holm)" in s for s in sentences), sentences
