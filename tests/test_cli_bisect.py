@@ -126,26 +126,23 @@ def test_bisect_with_a_benchmark_that_never_runs_is_exit_4(tmp_path):
 def test_bisect_plans_from_stored_trials_of_its_two_ends(tmp_path):
     """Before its first trial, a bisection says what earlier trials of the arm at its good and bad
     commits (same experiment, same host) imply: trials per commit to resolve min_effect."""
-    import re
     import sqlite3
 
+    from test_cli_attribute_planning import _planning_line
+
     repo, good, shas, exp = repo_with_history(tmp_path, n=6, culprit=3)
-    first = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", timeout=300)
-    assert first.returncode == 0, first.stderr[-2000:]
-    log = re.sub(r"\s+", " ", first.stderr)
-    assert f"planning: no earlier measurements of 'none' at {good[:12]} and {shas[6][:12]} on local" in log, log
+    _planning_line(tmp_path, rf"planning: no earlier measurements of 'none' at {good[:12]} and {shas[6][:12]} "
+                             "on local", "bisect", exp, "--good", good, "--bad", "main")
 
     db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
     counts = dict(db.execute("SELECT commit_sha, COUNT(*) FROM trials WHERE status='ok' AND arm='none' "
                              "GROUP BY commit_sha").fetchall())
     db.close()
-    second = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", timeout=300)
-    assert second.returncode == 0, second.stderr[-2000:]
-    log = re.sub(r"\s+", " ", second.stderr)
-    m = re.search(rf"planning from (\d+) stored trial\(s\) of 'none' at {good[:12]} and (\d+) at {shas[6][:12]} "
+    m, log = _planning_line(
+        tmp_path, rf"planning from (\d+) stored trial\(s\) of 'none' at {good[:12]} and (\d+) at {shas[6][:12]} "
                   r"on local \(CV good ([\d.]+)%, bad ([\d.]+)%\): to resolve 2% at this noise: about (\d+) trials "
-                  r"per commit \(budget 80 trials, 6 candidate commits\)", log)
-    assert m, log
+                  r"per commit \(budget 80 trials, 6 candidate commits\)",
+        "bisect", exp, "--good", good, "--bad", "main")
     assert (int(m[1]), int(m[2])) == (counts[good], counts[shas[6]])
     assert 0 < float(m[3]) < 5 and 0 < float(m[4]) < 5            # the toy benchmark's 1% noise
     assert log.index(m[0]) < log.index("[1/")                       # before this campaign's first trial
