@@ -39,19 +39,18 @@ STAGE_SOFT_SHARE = 0.6
 # Two-factor patterns that do settle in one stage take up to about 100 (OR pair p95 107; at 80,
 # 15% of OR pairs were named as one member).
 STAGE_SOFT_TRIALS = 100
-# The residual check after a stage (see _after_stage), quick or thorough:
-# - at most this many readings of each arm while the comparison stays undecided;
-RESIDUAL_MAX = {"quick": 8, "thorough": 12}
-# - then a significant residual starts a new stage when its point estimate is at least this many
-#   min_effects (the quick check of one confirmed culprit is stricter: drift in "bad" would
-#   otherwise start phantom stages);
-RESIDUAL_POINT = {"quick": 2.0, "thorough": 1.0}
-# - a thorough check looks again until a residual of twice min_effect is implausible at this
-#   one-sided z (1.64: 95%; at 0.84 a 5% third culprit beside a named pair was missed in a third of
-#   runs), and judges fresh readings of "good plus culprits" only (see _after_stage);
+# The residual check after a stage (see _after_stage):
+# - one confirmed culprit is checked further only when both confirmation directions together
+#   ("good plus C" against "bad", "good" against "bad minus C") put a residual of at least
+#   min_effect this many standard errors from zero (one-sided 95%): free when nothing is left,
+#   since it reads only what the stage measured;
+HINT_Z = 1.64
+# - at most this many fresh readings of each arm while the comparison stays undecided;
+RESIDUAL_MAX = 12
+# - a significant residual starts a new stage when its point estimate is at least min_effect;
+# - the check looks again until a residual of twice min_effect is implausible at this one-sided z
+#   (1.64: 95%; at 0.84 a 5% third culprit beside a named pair was missed in a third of runs).
 RESIDUAL_Z = 1.64
-# - a quick screen of one culprit looks closer beyond SCREEN_Z standard errors.
-SCREEN_Z = 2.0
 DECOMPOSE_REPEATS = 2     # "good plus one culprit" measurements that let the joint re-fit tell pairs apart
 DECOMPOSE_MAX = 4         # ... for at most this many culprits (2 x 4 trials)
 # A residual stage whose own good-vs-bad gate is still undecided after this many trials of its own
@@ -234,15 +233,24 @@ class StagedAttribution:
             return self._finish()
         # A stage that named several factors, or that handed over unconfirmed, may have named part
         # of a pattern (one member of a pair beside a bigger culprit): look properly before clearing.
-        thorough = v.status != "culprits" or len(stage_named) >= 2
+        # One confirmed culprit is looked at further only on a hint of a residual in what the stage
+        # measured (a 5% culprit beside a 20% one was found in a third of runs when the hint read
+        # "good plus C" against "bad" alone, at 2 standard errors and twice min_effect).
+        hinted = False
+        if v.status == "culprits" and len(stage_named) == 1:
+            if not self._residual_hint(base, frozenset(stage_named)):
+                return self._finish()
+            hinted = True
         # The stage named C partly *because* "good plus C" looked as bad as "bad" (a confirmation
-        # arm must): its readings from before the stage ended are biased toward "no residual". A
-        # thorough check judges fresh readings of it only (with three culprits of 8, 6 and 5%, the
-        # stage's own readings showed the 5% residual as 3% and it was missed in a third of runs).
-        g = self._values(named, since=self._ended[-1] if thorough else 0)
-        b = self._values(bad)
+        # arm must): its readings from before the stage ended are biased toward "no residual". The
+        # check judges fresh readings of it only (with three culprits of 8, 6 and 5%, the stage's
+        # own readings showed the 5% residual as 3% and it was missed in a third of runs); after a
+        # hint, fresh readings of "bad" too (the hint chose the old ones for looking like a
+        # residual), taken alternately so that drift cannot make one.
+        g = self._values(named, since=self._ended[-1])
+        b = self._values(bad, since=self._ended[-1] if hinted else 0)
         short = len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS
-        if not (thorough and short) and not self._suspicious(g, b):
+        if not short and not self._material(g, b):
             return self._finish()
         if short:
             want = [named] * max(0, RESIDUAL_REPEATS - len(g)) + [bad] * max(0, RESIDUAL_REPEATS - len(b))
@@ -261,21 +269,17 @@ class StagedAttribution:
                          alpha=self.alpha / RESIDUAL_LOOKS)
         bound = strict.ci_high if self.higher_is_better else 1 / strict.ci_low
         beyond = strict.regression and bound < 1 - self.min_effect
-        if thorough:
-            # sequential: look again until a residual is shown, or one of twice the minimum effect
-            # is implausible (95% one-sided), at the campaign's own noise
-            d = -math.log(c.ratio) if self.higher_is_better else math.log(c.ratio)
-            se = ((math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
-                  if 0 < c.ci_low <= c.ci_high < math.inf else math.inf)
-            unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
-        else:
-            unsure = c.verdict != "same" and c.p_value < 0.2
-        kind = "thorough" if thorough else "quick"
-        if unsure and min(len(g), len(b)) < RESIDUAL_MAX[kind] and self.max_trials - self.trials >= 2:
+        # sequential: look again until a residual is shown, or one of twice the minimum effect is
+        # implausible (95% one-sided), at the campaign's own noise
+        d = -math.log(c.ratio) if self.higher_is_better else math.log(c.ratio)
+        se = ((math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
+              if 0 < c.ci_low <= c.ci_high < math.inf else math.inf)
+        unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
+        if unsure and min(len(g), len(b)) < RESIDUAL_MAX and self.max_trials - self.trials >= 2:
             return [named, bad]           # a hint of a residual: look closer before deciding
         point = c.ratio if self.higher_is_better else 1 / c.ratio
-        looked = min(len(g), len(b)) >= RESIDUAL_MAX[kind]
-        if beyond or (strict.regression and looked and point < 1 - RESIDUAL_POINT[kind] * self.min_effect):
+        looked = min(len(g), len(b)) >= RESIDUAL_MAX
+        if beyond or (strict.regression and looked and point < 1 - self.min_effect):
             self.notes.append(f"after naming {', '.join(sorted(named))}, 'bad' was still "
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
@@ -314,22 +318,33 @@ class StagedAttribution:
         order = sorted(range(len(want)), key=lambda i: (want[:i].count(want[i]), i))
         return [want[i] for i in order][: max(0, min(2, left))]
 
-    def _suspicious(self, g: list[float], b: list[float]) -> bool:
-        """Is "good plus culprits" possibly better than "bad" by a material amount?"""
-        if not g or not b:
-            return bool(b) and not g     # never measured: one look is cheap next to a wrong answer
+    def _residual_hint(self, base: frozenset, C: frozenset) -> bool:
+        """Do both confirmation directions together hint at a regression that C leaves unexplained?
+
+        A culprit D outside C makes "good plus C" better than "bad" by D's effect, and (additive on
+        the log scale) "bad minus C" worse than "good" by the same amount: the mean of the two
+        differences rests on twice the readings of either. A hint is that mean at least
+        ``min_effect`` and more than HINT_Z standard errors (the campaign's robust noise) above zero.
+        """
+        bad = frozenset(self.factors)
+        sign = 1.0 if self.higher_is_better else -1.0
+        parts = []
+        for hi, lo in ((base | C, bad), (base, bad - C)):
+            a, b = self._values(hi), self._values(lo)
+            if a and b:
+                diff = sign * (float(np.mean(np.log(a))) - float(np.mean(np.log(b))))
+                parts.append((diff, 1 / len(a) + 1 / len(b)))
+        if not parts:
+            return False
+        est = sum(p for p, _ in parts) / len(parts)
+        se = self._noise() * math.sqrt(sum(v for _, v in parts)) / len(parts)
+        return est > -math.log1p(-self.min_effect) and (se == 0 or est / se > HINT_Z)
+
+    def _material(self, g: list[float], b: list[float]) -> bool:
+        """Is "good plus culprits" better than "bad" by more than the minimum effect (medians)?"""
         r = float(np.median(b)) / float(np.median(g))
         change = (1 - r) if self.higher_is_better else (r - 1)
-        if change <= self.min_effect:
-            return False
-        if len(g) >= RESIDUAL_REPEATS and len(b) >= RESIDUAL_REPEATS:
-            return True
-        # with no residual both arms sit at the bad level: its own spread, when known, is the noise
-        # to judge by (the campaign's median spread mixes in the good level: 0.6% beside the H200's
-        # 14% made every other heavy-tail reading look like a residual)
-        noise = stats.robust_sd(np.log(b)) if len(b) >= RESIDUAL_REPEATS else self._noise()
-        se = noise * math.sqrt(1 / len(g) + 1 / len(b))
-        return abs(math.log(r)) > max(self.min_effect, SCREEN_Z * se)
+        return change > self.min_effect
 
     def _noise(self) -> float:
         """Robust log-scale spread of the arms measured more than once (the campaign's noise).
