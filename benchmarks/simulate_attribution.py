@@ -10,6 +10,7 @@ right tail without; /work/shared/data), embedded below so the script runs anywhe
     python benchmarks/simulate_attribution.py            # full run (~10 min on 2 cores)
     python benchmarks/simulate_attribution.py --quick    # smoke run
     python benchmarks/simulate_attribution.py --reps 400 --only one5 --jobs 4
+    python benchmarks/simulate_attribution.py --thorough --only two20_5,one25   # + --strategy thorough
 """
 from __future__ import annotations
 
@@ -90,6 +91,9 @@ SCENARIOS = [
              note="named in full = all three; needs the residual stage"),
     # robustness, no issue target: patterns and noise the method was not tuned on
     Scenario("three", "three culprits, 8%, 6% and 5%, CV 3%", (10,), (0.08, 0.06, 0.05)),
+    Scenario("two20_5", "two culprits, 20% and 5%, CV 3%", (10,), (0.20, 0.05),
+             note="a small culprit beside a large one: the first stage ends after about 8 trials"),
+    Scenario("two12_4", "two culprits, 12% and 4%, CV 3%", (10,), (0.12, 0.04)),
     Scenario("or5", "OR pair, 5% when either is bad, CV 3%", (10,), (0.05, 0.05), kind="or"),
     Scenario("t5", "one culprit 5%, Student-t(3) noise, CV 3%", (10,), (0.05,), noise="t3"),
     Scenario("one5c1", "one culprit 5%, CV 1%", (20,), (0.05,), cv=0.01),
@@ -145,8 +149,9 @@ def run_one(args):
     rng = np.random.default_rng([zlib.crc32(key.encode()), n, rep])
     names, measure, truth, counter = make_measure(sc, n, rng)
     t0 = time.perf_counter()
-    if method == "attribution":
-        v = attribute_factors(names, measure, higher_is_better=True, seed=rep, max_trials=400)
+    if method in ("attribution", "thorough"):
+        v = attribute_factors(names, measure, higher_is_better=True, seed=rep, max_trials=400,
+                              thorough=method == "thorough")
     elif method == "screen2":
         v = drive(ScreeningStrategy(names, seed=rep, repeats=2), measure)
     else:
@@ -174,6 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario keys")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--no-baseline", action="store_true", help="skip leave-one-out and screening")
+    ap.add_argument("--thorough", action="store_true",
+                    help="also run the thorough mode (the command line's --strategy thorough) on every cell")
     ap.add_argument("--baseline-reps", type=int, default=None, help="repetitions for leave-one-out and screening (default reps/4, >= 20)")
     a = ap.parse_args(argv)
     reps = a.reps or (20 if a.quick else 100)
@@ -184,6 +191,8 @@ def main(argv=None) -> int:
     for sc in scen:
         for n in sc.n_factors:
             tasks += [(sc.key, n, r, "attribution", a.quick) for r in range(reps)]
+            if a.thorough:
+                tasks += [(sc.key, n, r, "thorough", a.quick) for r in range(reps)]
             if not a.no_baseline:
                 tasks += [(sc.key, n, r, "loo10", a.quick) for r in range(breps)]
                 tasks += [(sc.key, n, r, "screen2", a.quick) for r in range(breps)]
@@ -202,7 +211,7 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     for sc in scen:
         for n in sc.n_factors:
-            for method in ("attribution", "loo10", "screen2"):
+            for method in ("attribution", "thorough", "loo10", "screen2"):
                 rows = [r for r in res if r[0] == sc.key and r[1] == n and r[2] == method]
                 if not rows:
                     continue

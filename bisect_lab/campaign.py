@@ -280,7 +280,9 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
     """Find which factors (patches, env vars) explain the difference between two arms.
 
     ``strategy``: "adaptive" (the default: staged Bayesian attribution, stops as soon as the answer
-    is clear) or "screening" (a fixed factorial / Plackett-Burman design, ``repeats`` rounds)."""
+    is clear), "thorough" (the same, checking every answer for a culprit left over: about twice the
+    trials for a lone large culprit, a small second culprit found far more often) or "screening" (a
+    fixed factorial / Plackett-Burman design, ``repeats`` rounds)."""
     from .strategies.screening import ScreeningStrategy
     from .strategies.staged import StagedAttribution
     from .summaries import attribution_summary
@@ -292,19 +294,23 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         raise UsageError(f"the good and bad arms are the same configuration ({good.spec!r}): nothing to attribute")
     d = exp.design
     budget = d.max_trials if max_trials is None else max_trials
-    if strategy not in ("adaptive", "screening"):
-        raise UsageError(f"unknown strategy {strategy!r}: adaptive or screening")
+    if strategy not in ("adaptive", "thorough", "screening"):
+        raise UsageError(f"unknown strategy {strategy!r}: adaptive, thorough or screening")
     params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": budget,
               "min_effect": d.min_effect, "alpha": d.alpha}
     if strategy != "adaptive":            # campaigns stored before --strategy existed still resume
-        params.update(strategy=strategy, repeats=repeats)
+        params.update(strategy=strategy)
+    if strategy == "screening":
+        params.update(repeats=repeats)
     cid, resumed = open_campaign(session, "attribute", params, resume)
     session.campaign = cid
 
     def go():
         preflight(session, [good, bad])
         kind = ScreeningStrategy if params.get("strategy") == "screening" else StagedAttribution
-        extra = {"repeats": params["repeats"]} if "repeats" in params else {}
+        extra = {"repeats": params["repeats"]} if kind is ScreeningStrategy else {}
+        if params.get("strategy") == "thorough":
+            extra["thorough"] = True
         strategy = kind(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
                         max_trials=budget, min_effect=d.min_effect, alpha=d.alpha, **extra)
         ex = Executor(exp, session.store, cid, comparable_workers(session, "attribute"),

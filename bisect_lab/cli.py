@@ -409,8 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--good", required=True, nargs="+", metavar="ARM")
     a.add_argument("--bad", required=True, nargs="+", metavar="ARM")
     a.add_argument("--max-trials", type=_positive_int, help="budget (default [design] max_trials)")
-    a.add_argument("--strategy", choices=("adaptive", "screening"), default="adaptive",
-                   help="adaptive (default: stops as soon as the answer is clear) or screening (a fixed "
+    a.add_argument("--strategy", choices=("adaptive", "thorough", "screening"), default="adaptive",
+                   help="adaptive (default: stops as soon as the answer is clear), thorough (adaptive, "
+                        "and every answer checked for a smaller culprit left over: more trials, a 5%% "
+                        "culprit beside a 20%% one found far more often) or screening (a fixed "
                         "factorial / Plackett-Burman design: a known number of trials)")
     a.add_argument("--repeats", type=_positive_int, default=2,
                    help="screening: rounds of the design (each round = every design arm + good + bad)")

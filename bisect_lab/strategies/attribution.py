@@ -86,6 +86,7 @@ class AttributionStrategy(StrategyBase):
       batch_size: arms per ask() once the initial batch is done (several hosts in parallel).
       futility_trials: the budget the futility stop measures against (default ``max_trials``; a
         stage of a staged campaign passes the whole campaign's).
+      rhos: the additive pairs' split grid (default ``hypotheses.RHO_GRID``).
     """
 
     name = "attribution"
@@ -97,7 +98,7 @@ class AttributionStrategy(StrategyBase):
                  n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
                  family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3,
-                 futility_trials: int | None = None):
+                 futility_trials: int | None = None, rhos=None):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -119,8 +120,12 @@ class AttributionStrategy(StrategyBase):
         self.set_probability = float(set_probability)
         self.miss_probability = float(miss_probability)
         self.index = {f: k for k, f in enumerate(self.factors)}
-        self.space = (HypothesisSpace(len(self.factors)) if family_prior is None
-                      else HypothesisSpace(len(self.factors), family_prior=family_prior))
+        space_kw = {}
+        if family_prior is not None:
+            space_kw["family_prior"] = family_prior
+        if rhos is not None:
+            space_kw["rhos"] = tuple(rhos)
+        self.space = HypothesisSpace(len(self.factors), **space_kw)
         self.good = frozenset()
         self.bad = frozenset(self.factors)
         self._since_reference = 0      # recomputed from the observations at every plan
@@ -880,16 +885,18 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
     # estimate of one degree of freedom: two close values made a -4.5% term look certain. The
     # pooled (classical) error is the floor.
     pooled = np.nan_to_num(pooled, nan=0.0)
-    se = np.sqrt(np.maximum(np.maximum(np.diag(cov), np.diag(pooled)), 0))
-    if np.trace(pooled) > np.trace(cov):
-        cov = pooled
+    # a near-singular fit (few arms, wild values) can put inf in either: no warning on the console
+    with np.errstate(over="ignore", invalid="ignore"):
+        se = np.sqrt(np.maximum(np.maximum(np.diag(cov), np.diag(pooled)), 0))
+        if np.trace(pooled) > np.trace(cov):
+            cov = pooled
     dfree = max(1, len(y) - D.shape[1])
     q = st.t.ppf(1 - alpha / 2, dfree)
     total = beta.sum()
     rng = np.random.default_rng(seed)       # local: a verdict must not move a strategy's rng
-    draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")
-    tot = draws.sum(1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")
+        tot = draws.sum(1, keepdims=True)
         shares = draws / tot
     effects = []
     for k, (lab, kind) in enumerate(zip(labels, kinds)):

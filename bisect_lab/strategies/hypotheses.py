@@ -39,6 +39,10 @@ FAMILY_NAMES = ("single", "and", "or", "add")
 # prior mass per family: one culprit is the common case; two-factor patterns must earn their place
 DEFAULT_FAMILY_PRIOR = (0.6, 0.15, 0.1, 0.15)
 RHO_GRID = (0.35, 0.5, 0.65)
+# The thorough mode's grid: also a culprit beside one four times stronger (a 20% and a 5% culprit
+# read as "add i,j,0.8"). Not the default: telling "one culprit" from "one culprit plus a partner
+# of a fifth" costs a lone 25% culprit about a trial more, beyond the issue's log2(N) + 4.
+EXTENDED_RHO_GRID = (0.2, 0.35, 0.5, 0.65, 0.8)
 
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(20)   # probabilists' Hermite: E over N(0,1)
 _GH_W = _GH_W / _GH_W.sum()
