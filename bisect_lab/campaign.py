@@ -13,7 +13,7 @@ from typing import Callable
 from .arms import arm_for_active, factors_between, parse_arm
 from .errors import BisectLabError, PatchError, UsageError
 from .hosts import Host
-from .model import Arm, Experiment, TrialResult
+from .model import ATTRIBUTION_STRATEGIES, Arm, Experiment, TrialResult
 from .runner import Executor, HostWorker, TrialSpec
 from .store import Store
 
@@ -294,8 +294,8 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         raise UsageError(f"the good and bad arms are the same configuration ({good.spec!r}): nothing to attribute")
     d = exp.design
     budget = d.max_trials if max_trials is None else max_trials
-    if strategy not in ("adaptive", "thorough", "screening"):
-        raise UsageError(f"unknown strategy {strategy!r}: adaptive, thorough or screening")
+    if strategy not in ATTRIBUTION_STRATEGIES:
+        raise UsageError(f"unknown strategy {strategy!r}: one of {', '.join(ATTRIBUTION_STRATEGIES)}")
     params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": budget,
               "min_effect": d.min_effect, "alpha": d.alpha}
     if strategy != "adaptive":            # campaigns stored before --strategy existed still resume

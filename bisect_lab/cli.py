@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, BisectLabError, UsageError
+from .model import ATTRIBUTION_STRATEGIES
 
 
 def _positive_int(text: str) -> int:
@@ -199,7 +200,8 @@ def cmd_attribute(args) -> int:
     exp = _experiment(args.experiment)
     res = _with_session(args, exp, lambda s: attribute(s, good, bad, resume=args.resume,
                                                         max_trials=args.max_trials,
-                                                        strategy=args.strategy, repeats=args.repeats))
+                                                        strategy=args.strategy or exp.design.strategy,
+                                                        repeats=args.repeats))
     _emit(args, res, attribution_result)
     return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
 
@@ -409,8 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--good", required=True, nargs="+", metavar="ARM")
     a.add_argument("--bad", required=True, nargs="+", metavar="ARM")
     a.add_argument("--max-trials", type=_positive_int, help="budget (default [design] max_trials)")
-    a.add_argument("--strategy", choices=("adaptive", "thorough", "screening"), default="adaptive",
-                   help="adaptive (default: stops as soon as the answer is clear), thorough (adaptive, "
+    a.add_argument("--strategy", choices=ATTRIBUTION_STRATEGIES,
+                   help="default [design] strategy, else adaptive: "
+                        "adaptive (stops as soon as the answer is clear), thorough (adaptive, "
                         "and every answer checked for a smaller culprit left over: more trials, a 5%% "
                         "culprit beside a 20%% one found far more often) or screening (a fixed "
                         "factorial / Plackett-Burman design: a known number of trials)")

@@ -8,11 +8,12 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .model import Benchmark, Design, Experiment, GpuPolicy, HostConfig, Target
+from .model import ATTRIBUTION_STRATEGIES, Benchmark, Design, Experiment, GpuPolicy, HostConfig, Target
 from .patchset import load_patchset
 
 _URL_RE = re.compile(r"^([a-z][a-z0-9+.-]*://|[^/\s]+@[^/\s]+:)", re.I)
@@ -196,8 +197,13 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
                                                      "repeat", "confidence", "retries"})
     design = Design(seed=d.get("seed", int, 0), max_trials=d.positive("max_trials", int, 200),
                     min_effect=d.positive("min_effect", float, 0.02), alpha=d.positive("alpha", float, 0.05),
-                    strategy=d.get("strategy", str, "auto"), repeat=d.positive("repeat", int, 5),
+                    strategy=d.get("strategy", str, "adaptive"), repeat=d.positive("repeat", int, 5),
                     confidence=d.positive("confidence", float, 0.95), retries=d.get("retries", int, 2))
+    if design.strategy == "auto":         # the name before the strategies had names
+        design = replace(design, strategy="adaptive")
+    if design.strategy not in ATTRIBUTION_STRATEGIES:
+        raise ConfigError(path, "design.strategy", f"expected one of {', '.join(ATTRIBUTION_STRATEGIES)}, "
+                                                   f"got {design.strategy!r}")
     if not design.alpha < 0.5:
         raise ConfigError(path, "design.alpha", f"expected a value below 0.5, got {design.alpha}")
     if not 0.5 < design.confidence < 1:

@@ -9,6 +9,10 @@ from typing import Mapping
 
 
 # --------------------------------------------------------------------------- patches
+# How `attribute` searches (the command line's --strategy, the experiment file's [design] strategy)
+ATTRIBUTION_STRATEGIES = ("adaptive", "thorough", "screening")
+
+
 @dataclass(frozen=True)
 class Patch:
     """One applyable unit of a patch set (DESIGN 3.2)."""
@@ -134,7 +138,7 @@ class Design:
     max_trials: int = 200
     min_effect: float = 0.02                 # minimum relative effect of interest
     alpha: float = 0.05
-    strategy: str = "auto"
+    strategy: str = "adaptive"               # attribute's default: adaptive | thorough | screening
     repeat: int = 5                          # default trials per arm for `run`
     confidence: float = 0.95                 # bisection stop rule
     retries: int = 2                         # infrastructure-failure retries per trial

@@ -101,6 +101,7 @@ def test_secondary_metrics_keep_their_direction_and_order(tmp_path):
     (BASE + "[gpu]\ndevices = ['a']\n", "gpu.devices", "GPU indices"),
     (BASE + "[design]\nseed = true\n", "design.seed", "integer"),
     (BASE + "[design]\nconfidence = 2.0\n", "design.confidence", "between 0.5 and 1"),
+    (BASE + "[design]\nstrategy = 'careful'\n", "design.strategy", "adaptive, thorough, screening"),
     (BASE + "[benchmark.secondary]\nmedian_ttft_ms = 'less'\n", "benchmark.secondary.median_ttft_ms",
      'expected "higher" or "lower"'),
     (BASE + "[benchmark.secondary]\noutput_throughput = 'higher'\n", "benchmark.secondary.output_throughput",
@@ -128,3 +129,9 @@ def test_missing_file_and_binary_file(tmp_path):
     p.write_bytes(b"\xff\xfe\x00\x01")
     with pytest.raises(ConfigError):
         load_experiment(p)
+
+
+def test_design_strategy_names_the_attribute_default(tmp_path):
+    assert load_experiment(write(tmp_path, BASE)).design.strategy == "adaptive"
+    assert load_experiment(write(tmp_path, BASE + "[design]\nstrategy = 'auto'\n")).design.strategy == "adaptive"
+    assert load_experiment(write(tmp_path, BASE + "[design]\nstrategy = 'thorough'\n")).design.strategy == "thorough"

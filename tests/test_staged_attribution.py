@@ -373,9 +373,9 @@ def test_cli_attribute_with_the_thorough_strategy(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     from test_cli_run import cli
     from toyexp import make_toy
-    toy = make_toy(tmp_path, effects={"big": 0.8, "small": 0.94, "noop": 1.0})
-    p = cli(tmp_path, "attribute", toy, "--good", "none", "--bad", "all", "--strategy", "thorough",
-            "--json", timeout=300)
+    # the experiment file's [design] strategy is the default of --strategy
+    toy = make_toy(tmp_path, effects={"big": 0.8, "small": 0.94, "noop": 1.0}, design='strategy = "thorough"')
+    p = cli(tmp_path, "attribute", toy, "--good", "none", "--bad", "all", "--json", timeout=300)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["status"] == "culprits" and res["culprits"] == ["big", "small"], res
