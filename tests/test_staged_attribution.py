@@ -382,3 +382,34 @@ def test_cli_attribute_with_the_thorough_strategy(tmp_path):
     assert res["strategy"] == "staged-attribution (thorough)"
     bad = cli(tmp_path, "attribute", toy, "--good", "none", "--bad", "all", "--strategy", "careful")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def _run_to_end(s, measure):
+    while not s.done:
+        for a in s.ask():
+            s.tell(a, measure(a))
+        # the progress line's total: never below the trials made, nor past the budget
+        assert min(s.max_trials, s.trials + (0 if s.done else 1)) <= s.estimated_total() <= s.max_trials
+    return s.verdict()
+
+
+@pytest.mark.parametrize("budget, words", [(16, "the budget ran out before the residual check"),
+                                           (18, "the budget ran out during the residual check")])
+def test_a_residual_check_cut_short_by_the_budget_says_so(budget, words):
+    """A 25% culprit beside a 5% one, on a budget too small to look for the second: the answer
+    names the first and says a further culprit cannot be ruled out (it used to say the residual
+    check "found nothing left to explain")."""
+    names = [f"p{k}" for k in range(6)]
+    s = StagedAttribution(names, seed=0, max_trials=budget, thorough=True)
+    v = _run_to_end(s, _big_and_small(0, big=0.75))
+    assert v.culprits == ["p2"] and v.trials >= budget - 1      # the check reads in pairs
+    assert any(w.startswith(words) and "cannot be ruled out" in w for w in v.warnings), v.warnings
+    assert not any("nothing left to explain" in w for w in v.warnings), v.warnings
+
+
+def test_progress_total_covers_the_residual_check():
+    names = [f"p{k}" for k in range(6)]
+    for seed in range(4):
+        v = _run_to_end(StagedAttribution(names, seed=seed, max_trials=200, thorough=True),
+                        _big_and_small(seed))
+        assert v.status == "culprits"

@@ -106,6 +106,7 @@ class StagedAttribution:
         self._stalled: set[int] = set()       # residual stages ended by RESIDUAL_PATIENCE
         self._ended: list[int] = []           # trials so far when each stage's verdict was taken
         self._final: AttributionVerdict | None = None
+        self._residual_unsettled: str | None = None   # the residual check ran out of budget: what it saw
         self._start(frozenset())
 
     # ------------------------------------------------------------------ protocol
@@ -160,10 +161,15 @@ class StagedAttribution:
         return self.stages[0][1].plan_estimate()
 
     def estimated_total(self) -> int:
+        if self.done:
+            return self.trials
         base, stage = self.stages[-1]
         est = getattr(stage, "estimated_total", None)
         inside = stage.trials
-        return self.trials - inside + (est() if callable(est) else stage.max_trials)
+        total = self.trials - inside + (est() if callable(est) else stage.max_trials)
+        # after a stage, the residual check and the decomposition still measure: at least one more
+        # (the progress line read "[71/70]" through a residual check)
+        return min(self.max_trials, max(total, self.trials + max(1, len(self._pending))))
 
     # ------------------------------------------------------------------ stages
     def _start(self, base: frozenset[str]) -> None:
@@ -243,6 +249,10 @@ class StagedAttribution:
             return self._finish()
         bad = frozenset(self.factors)
         if self.max_trials - self.trials <= 0:
+            self._residual_unsettled = (f"the budget ran out before the residual check ('good plus "
+                                        f"{', '.join(sorted(named))}' against 'bad'): a further culprit "
+                                        "cannot be ruled out")
+            self.notes.append(self._residual_unsettled)
             return self._finish()
         # A stage that named several factors, or that handed over unconfirmed, may have named part
         # of a pattern (one member of a pair beside a bigger culprit): look properly before clearing.
@@ -288,8 +298,15 @@ class StagedAttribution:
         se = ((math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
               if 0 < c.ci_low <= c.ci_high < math.inf else math.inf)
         unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
-        if unsure and min(len(g), len(b)) < RESIDUAL_MAX and self.max_trials - self.trials >= 2:
-            return [named, bad]           # a hint of a residual: look closer before deciding
+        if unsure and min(len(g), len(b)) < RESIDUAL_MAX:
+            if self.max_trials - self.trials >= 2:
+                return [named, bad]       # a hint of a residual: look closer before deciding
+            self._residual_unsettled = (
+                f"the budget ran out during the residual check: 'bad' read {abs(c.ratio - 1):.1%} "
+                f"{'worse' if d > 0 else 'better'} than 'good plus {', '.join(sorted(named))}' "
+                f"({len(g)} and {len(b)} readings), and a further culprit of up to "
+                f"{1 - math.exp(-(d + RESIDUAL_Z * se)):.0%} cannot be ruled out")
+            self.notes.append(self._residual_unsettled)
         point = c.ratio if self.higher_is_better else 1 / c.ratio
         looked = min(len(g), len(b)) >= RESIDUAL_MAX
         if beyond or (strict.regression and looked and point < 1 - self.min_effect):
@@ -401,6 +418,9 @@ class StagedAttribution:
             if k + 1 < len(verdicts):
                 note = (f"{who}: named by stage {k + 1} without its own confirmation step (posterior >= "
                         f"{SURE:.2f} when it handed over); stage {k + 2} then attributed what was left")
+            elif self._residual_unsettled:
+                note = (f"{who}: named by a stage that ran out of budget before its confirmation step "
+                        f"(posterior >= {SURE:.2f})")
             else:
                 note = (f"{who}: named by a stage that ran out of budget before its confirmation step "
                         f"(posterior >= {SURE:.2f}); the residual check (good plus these vs bad) found "
