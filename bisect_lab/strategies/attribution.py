@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 from typing import Callable, Iterable
 
 import numpy as np
@@ -694,6 +695,8 @@ class AttributionStrategy(StrategyBase):
         if decider is not None:
             c = decider.comparison
             regression = RatioEstimate(c.ratio, c.ci_low, c.ci_high, c.p_value, c.n_a, c.n_b)
+        effects = shares_of_regression(effects, self.reference_regression(), alpha=self.alpha,
+                                       seed=self.seed + 2)
         plan = self._plan_estimate(obs, y, levels)
         warnings += self._warnings(obs, y, drift, plan)
         if self._refs_broken():
@@ -717,6 +720,15 @@ class AttributionStrategy(StrategyBase):
             strategy=self.name, factors=self.factors,
             extra={"gate": decider.decision if decider is not None else None,
                    "drift_per_100_trials": (drift.slope * 100 if drift is not None and drift.drifting else 0.0)})
+
+    def reference_regression(self) -> RatioEstimate | None:
+        """Bad against good from the two reference arms' own readings (Welch on logs), or None
+        with fewer than two of either. The gate may also count arms a sure hypothesis places at a
+        level; a share of the regression must not be measured by the culprit's own contrast."""
+        obs, y, _ = self._log_values()
+        return reference_ratio(np.exp(self._arm_values(obs, y, self.good)),
+                               np.exp(self._arm_values(obs, y, self.bad)),
+                               higher_is_better=self.higher_is_better, alpha=self.alpha)
 
     def _decompose(self, obs, y, cset, family):
         """Log-linear model with HC3 errors: main effects (and the interaction for pairs)."""
@@ -910,6 +922,55 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
         effects.append(FactorEffect(lab, kind, est, float(beta[k] / total) if total else float("nan"),
                                     float(lo), float(hi)))
     return effects
+
+
+def reference_ratio(good, bad, *, higher_is_better: bool = True, alpha: float = 0.05) -> RatioEstimate | None:
+    """``bad`` against ``good`` (metric values) as a ratio with its interval; None with fewer than
+    two readings of either."""
+    good, bad = np.asarray(good, dtype=float), np.asarray(bad, dtype=float)
+    if good.size < 2 or bad.size < 2:
+        return None
+    c = stats.compare(good, bad, higher_is_better=higher_is_better, alpha=alpha)
+    return RatioEstimate(c.ratio, c.ci_low, c.ci_high, c.p_value, c.n_a, c.n_b)
+
+
+def shares_of_regression(effects, regression: RatioEstimate | None, *, alpha: float = 0.05,
+                         seed: int = 0) -> tuple[FactorEffect, ...]:
+    """Each term's share of the whole regression as the good and bad arms measured it
+    (``regression``: see ``reference_ratio``): log effect over log regression, with an interval
+    drawn from both estimates' intervals independently (the reference readings are part of the
+    term's contrast too, so the interval is on the wide side). Shares then sum to about 1 only when
+    the named terms explain the whole regression; a 20% culprit beside an unnamed 5% one reads
+    about 81%.
+
+    ``loglinear_effects`` divides by the sum of the fitted terms, which makes a lone culprit's
+    share 100% by construction; without two readings of each reference, or without a regression
+    they show (an interval excluding 1), that is what is kept (a lone term's without an interval:
+    NaN bounds)."""
+    effects = tuple(effects)
+    r = regression
+    if (not effects or r is None or not (0 < r.ci_low <= r.ratio <= r.ci_high < math.inf)
+            or r.ci_low <= 1 <= r.ci_high):
+        if len(effects) == 1:            # 100% by construction: no interval to show
+            return (replace(effects[0], share_low=float("nan"), share_high=float("nan")),)
+        return effects
+    from statistics import NormalDist
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    lr = math.log(r.ratio)
+    rng = np.random.default_rng(seed)       # local: a verdict must not move a strategy's rng
+    total = lr + (math.log(r.ci_high) - math.log(r.ci_low)) / (2 * z) * rng.standard_normal(4000)
+    out = []
+    for e in effects:
+        ef = e.effect
+        if not (0 < ef.ci_low <= ef.ratio <= ef.ci_high < math.inf):
+            out.append(replace(e, share=math.log(ef.ratio) / lr if ef.ratio > 0 else float("nan"),
+                               share_low=float("nan"), share_high=float("nan")))
+            continue
+        b = math.log(ef.ratio)
+        draws = (b + (math.log(ef.ci_high) - math.log(ef.ci_low)) / (2 * z) * rng.standard_normal(4000)) / total
+        lo, hi = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+        out.append(replace(e, share=b / lr, share_low=float(lo), share_high=float(hi)))
+    return tuple(out)
 
 
 def attribute_factors(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,

@@ -23,7 +23,7 @@ import numpy as np
 from .. import stats
 from ..stats import compare
 from ..verdicts import AttributionVerdict, Interaction
-from .attribution import AttributionStrategy, loglinear_effects, synergy
+from .attribution import AttributionStrategy, loglinear_effects, reference_ratio, shares_of_regression, synergy
 from .base import Observation, drive
 from .hypotheses import EXTENDED_RHO_GRID
 
@@ -427,17 +427,7 @@ class StagedAttribution:
                         "nothing left to explain")
             if note not in self.notes:
                 self.notes.append(note)
-        # Shares of the whole regression: stage k explains log R_k - log R_{k+1} of log R_1.
-        logs = [math.log(v.regression.ratio) if v.regression and v.regression.ratio > 0 else float("nan")
-                for v in named]
-        total = logs[0]
-        effects = []
-        for k, v in enumerate(named):
-            after = logs[k + 1] if k + 1 < len(logs) else 0.0
-            portion = (logs[k] - after) / total if total and math.isfinite(total) else float("nan")
-            for e in v.effects:
-                effects.append(replace(e, share=e.share * portion, share_low=e.share_low * portion,
-                                       share_high=e.share_high * portion))
+        effects = [e for v in named for e in v.effects]
         # Each factor's probability from the latest stage that searched it: a later stage knows
         # the earlier culprits' part and so judges the rest better (stage 1 of the demo may leave
         # a no-op at 0.5 that stage 2, with mla-gather-cast in its good arm, clears).
@@ -473,6 +463,11 @@ class StagedAttribution:
                 # from the arms measured (no arm with one member but not the other): keep it
                 interactions += tuple(i for v in named if v.status == "culprits" for i in v.interactions
                                       if frozenset(i.factors) not in estimable)
+        # shares of the whole regression, good against bad, whichever stage or re-fit estimated
+        # the terms
+        whole = reference_ratio(self._values(frozenset()), self._values(frozenset(self.factors)),
+                                higher_is_better=self.higher_is_better, alpha=self.alpha)
+        effects = shares_of_regression(effects, whole, alpha=self.alpha, seed=self.seed + 2)
         return replace(
             first, status="culprits", culprits=culprits, trials=self.trials, effects=tuple(effects),
             interactions=interactions,
