@@ -326,6 +326,11 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
             batch = strategy.ask()
             if not batch:
                 break
+            est = getattr(strategy, "estimated_total", None)
+            if session.on_plan and callable(est):
+                # a batch may be longer than the estimate allowed for (a residual check reads
+                # two arms at a time): the progress line must not read "[52/51]"
+                session.on_plan(max(est(), strategy.trials + len(batch)))
             specs = []
             for active in batch:
                 if active not in arm_of:
@@ -336,10 +341,6 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
                 v = r.metrics.get(session.metric) if r.ok else None
                 strategy.tell(frozenset(active), v)
             planning.update()
-            if session.on_plan:
-                est = getattr(strategy, "estimated_total", None)
-                if callable(est):
-                    session.on_plan(est())
         ex.require_measurements()
         flag_campaign(session, cid)
         verdict = strategy.verdict()

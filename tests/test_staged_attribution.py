@@ -442,3 +442,22 @@ def test_shares_are_of_the_measured_regression_so_a_missed_culprit_shows():
             assert 0.8 < sum(e.share for e in v.effects) < 1.2, v.effects
     assert len(beside) >= 3 and np.mean(beside) < 0.92, beside
     assert len(alone) >= 5 and abs(np.mean(alone) - 1) < 0.1, alone
+
+
+def test_cli_progress_never_counts_past_its_total(tmp_path):
+    """The residual check reads two arms at a time; the progress total used to allow for one
+    ("[52/51]" on the CPU demo)."""
+    import re
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_cli_run import cli
+    from toyexp import make_toy
+    toy = make_toy(tmp_path, effects={"big": 0.8, "small": 0.94, "noop": 1.0})
+    p = cli(tmp_path, "attribute", toy, "--good", "none", "--bad", "all", "--strategy", "thorough",
+            timeout=300)
+    assert p.returncode == 0, p.stderr
+    counts = [(int(a), int(b)) for a, b in re.findall(r"^\[(\d+)/(\d+)", p.stderr, re.M)]
+    assert len(counts) >= 10, p.stderr[-2000:]
+    assert all(n <= total for n, total in counts), [c for c in counts if c[0] > c[1]]
+    assert "culprits: big, small" in p.stdout, p.stdout
