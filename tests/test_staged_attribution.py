@@ -394,6 +394,19 @@ def _run_to_end(s, measure):
     return s.verdict()
 
 
+def test_a_residual_check_that_stays_undecided_says_so():
+    """At CV 15% twelve readings of each arm cannot tell a 7% residual from none: the answer keeps
+    the culprit and says a further one cannot be ruled out, not that nothing is left."""
+    names = [f"p{k}" for k in range(5)]
+    for seed in (0, 5):
+        v = attribute_factors(names, _big_and_small(seed, big=0.7, small=0.93, cv=0.15), seed=seed,
+                              max_trials=300, thorough=True)
+        assert v.culprits == ["p2"]
+        assert any(w.startswith("the residual check stayed undecided after 12 readings of each arm")
+                   and "cannot be ruled out" in w for w in v.warnings), v.warnings
+        assert not any("nothing left to explain" in w for w in v.warnings), v.warnings
+
+
 @pytest.mark.parametrize("budget, words", [(16, "the budget ran out before the residual check"),
                                            (18, "the budget ran out during the residual check")])
 def test_a_residual_check_cut_short_by_the_budget_says_so(budget, words):

@@ -106,7 +106,7 @@ class StagedAttribution:
         self._stalled: set[int] = set()       # residual stages ended by RESIDUAL_PATIENCE
         self._ended: list[int] = []           # trials so far when each stage's verdict was taken
         self._final: AttributionVerdict | None = None
-        self._residual_unsettled: str | None = None   # the residual check ran out of budget: what it saw
+        self._residual_unsettled: str | None = None   # the residual check could not tell: what it saw
         self._start(frozenset())
 
     # ------------------------------------------------------------------ protocol
@@ -298,15 +298,8 @@ class StagedAttribution:
         se = ((math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.96)
               if 0 < c.ci_low <= c.ci_high < math.inf else math.inf)
         unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
-        if unsure and min(len(g), len(b)) < RESIDUAL_MAX:
-            if self.max_trials - self.trials >= 2:
-                return [named, bad]       # a hint of a residual: look closer before deciding
-            self._residual_unsettled = (
-                f"the budget ran out during the residual check: 'bad' read {abs(c.ratio - 1):.1%} "
-                f"{'worse' if d > 0 else 'better'} than 'good plus {', '.join(sorted(named))}' "
-                f"({len(g)} and {len(b)} readings), and a further culprit of up to "
-                f"{1 - math.exp(-(d + RESIDUAL_Z * se)):.0%} cannot be ruled out")
-            self.notes.append(self._residual_unsettled)
+        if unsure and min(len(g), len(b)) < RESIDUAL_MAX and self.max_trials - self.trials >= 2:
+            return [named, bad]           # a hint of a residual: look closer before deciding
         point = c.ratio if self.higher_is_better else 1 / c.ratio
         looked = min(len(g), len(b)) >= RESIDUAL_MAX
         if beyond or (strict.regression and looked and point < 1 - self.min_effect):
@@ -314,6 +307,15 @@ class StagedAttribution:
                               f"{abs(c.ratio - 1):.1%} worse than 'good plus those': attributing the residual")
             self._start(named)
             return []
+        if unsure:
+            # the answer stands, but "nothing left to explain" would claim more than was seen
+            why = (f"the residual check stayed undecided after {min(len(g), len(b))} readings of each arm"
+                   if looked else "the budget ran out during the residual check")
+            self._residual_unsettled = (
+                f"{why}: 'bad' read {abs(c.ratio - 1):.1%} {'worse' if d > 0 else 'better'} than "
+                f"'good plus {', '.join(sorted(named))}' ({len(g)} and {len(b)} readings), and a further "
+                f"culprit of up to {1 - math.exp(-(d + RESIDUAL_Z * se)):.0%} cannot be ruled out")
+            self.notes.append(self._residual_unsettled)
         return self._finish()
 
     def _finish(self) -> list[frozenset[str]]:
