@@ -77,8 +77,8 @@ class StagedAttribution:
     every answer of one culprit is checked for a residual with fresh readings (by default only
     when the stage's own readings hint at one), and each stage also considers a culprit beside one
     four times stronger (``EXTENDED_RHO_GRID``). A 20% and a 5% culprit are then named in full in
-    about 89% of runs instead of 46%, at about twice the trials for a lone large culprit
-    (docs/attribution.md, "Two culprits of unequal size").
+    93% of simulated runs instead of 41%, at about twice the trials for a lone large culprit
+    (docs/attribution.md, "Seventh stop").
     """
 
     name = "staged-attribution"
