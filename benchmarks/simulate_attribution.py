@@ -11,6 +11,7 @@ right tail without; /work/shared/data), embedded below so the script runs anywhe
     python benchmarks/simulate_attribution.py --quick    # smoke run
     python benchmarks/simulate_attribution.py --reps 400 --only one5 --jobs 4
     python benchmarks/simulate_attribution.py --thorough --only two20_5,one25   # + --strategy thorough
+    python benchmarks/simulate_attribution.py --extra --no-baseline --reps 50 --first-seed 1000
 """
 from __future__ import annotations
 
@@ -99,6 +100,23 @@ SCENARIOS = [
     Scenario("one5c1", "one culprit 5%, CV 1%", (20,), (0.05,), cv=0.01),
 ]
 
+# --extra: scenarios chosen after tuning, to check the figures on cases the method was not tuned
+# on (docs/attribution.md, "Seventh stop": run on seeds 1000-1049)
+EXTRA_SCENARIOS = [
+    Scenario("x10", "one culprit 10%", (7, 15), (0.10,)),
+    Scenario("x5cv2", "one culprit 5%, CV 2%", (10,), (0.05,), cv=0.02),
+    Scenario("x5cv5", "one culprit 5%, CV 5%", (10,), (0.05,), cv=0.05),
+    Scenario("x3", "one culprit 3%", (10,), (0.03,)),
+    Scenario("x40", "one culprit 40%", (10,), (0.40,)),
+    Scenario("x12_4", "two culprits, 12% and 4%", (10,), (0.12, 0.04)),
+    Scenario("x5_5", "two culprits, 5% and 5%", (10,), (0.05, 0.05)),
+    Scenario("xand10", "AND pair 10% among 20", (20,), (0.10, 0.0), kind="and"),
+    Scenario("xdriftup", "one culprit 5%, drift +2% per 100 trials", (10,), (0.05,), drift_per_100=0.02),
+    Scenario("xnone5", "no regression, CV 5%", (15,), (), cv=0.05),
+    Scenario("xsub1", "sub-threshold 1% difference (the gate's grey zone)", (10,), (), subthreshold=0.01),
+    Scenario("xhet5", "one culprit 5%, H200 noise", (10,), (0.05,), noise="h200"),
+]
+
 
 def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
     """A measure(active) with hidden ground truth; returns (measure, culprit names, calls list)."""
@@ -145,7 +163,7 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
 
 def run_one(args):
     key, n, rep, method, quick = args
-    sc = next(s for s in SCENARIOS if s.key == key)
+    sc = next(s for s in SCENARIOS + EXTRA_SCENARIOS if s.key == key)
     rng = np.random.default_rng([zlib.crc32(key.encode()), n, rep])
     names, measure, truth, counter = make_measure(sc, n, rng)
     t0 = time.perf_counter()
@@ -179,6 +197,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario keys")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--no-baseline", action="store_true", help="skip leave-one-out and screening")
+    ap.add_argument("--extra", action="store_true",
+                    help="only the scenarios chosen after tuning (EXTRA_SCENARIOS), not the main ones")
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + reps - 1")
     ap.add_argument("--thorough", action="store_true",
                     help="also run the thorough mode (the command line's --strategy thorough) on every cell")
     ap.add_argument("--baseline-reps", type=int, default=None, help="repetitions for leave-one-out and screening (default reps/4, >= 20)")
@@ -186,16 +207,18 @@ def main(argv=None) -> int:
     reps = a.reps or (20 if a.quick else 100)
     breps = a.baseline_reps or max(20, reps // 4)
     only = set(filter(None, a.only.split(",")))
-    scen = [s for s in SCENARIOS if not only or s.key in only]
+    scen = [s for s in (EXTRA_SCENARIOS if a.extra else SCENARIOS) if not only or s.key in only]
+    seeds = range(a.first_seed, a.first_seed + reps)
+    bseeds = range(a.first_seed, a.first_seed + breps)
     tasks = []
     for sc in scen:
         for n in sc.n_factors:
-            tasks += [(sc.key, n, r, "attribution", a.quick) for r in range(reps)]
+            tasks += [(sc.key, n, r, "attribution", a.quick) for r in seeds]
             if a.thorough:
-                tasks += [(sc.key, n, r, "thorough", a.quick) for r in range(reps)]
+                tasks += [(sc.key, n, r, "thorough", a.quick) for r in seeds]
             if not a.no_baseline:
-                tasks += [(sc.key, n, r, "loo10", a.quick) for r in range(breps)]
-                tasks += [(sc.key, n, r, "screen2", a.quick) for r in range(breps)]
+                tasks += [(sc.key, n, r, "loo10", a.quick) for r in bseeds]
+                tasks += [(sc.key, n, r, "screen2", a.quick) for r in bseeds]
     t0 = time.time()
     if a.jobs > 1:
         with mp.Pool(a.jobs) as pool:
@@ -204,7 +227,7 @@ def main(argv=None) -> int:
         res = [run_one(t) for t in tasks]
     wall = time.time() - t0
     print(f"# attribution simulation: {reps} repetitions per cell (leave-one-out, screening: {breps}), "
-          f"seeds 0..{reps - 1}, {a.jobs} job(s), {wall:.0f} s")
+          f"seeds {seeds.start}..{seeds.stop - 1}, {a.jobs} job(s), {wall:.0f} s")
     hdr = (f"{'scenario':<52} {'N':>3} | {'method':<11} {'acc':>6} {'false':>6} {'mean':>6} {'p95':>5} "
            f"{'ms/run':>7} | target")
     print(hdr)
