@@ -695,8 +695,6 @@ class AttributionStrategy(StrategyBase):
         if decider is not None:
             c = decider.comparison
             regression = RatioEstimate(c.ratio, c.ci_low, c.ci_high, c.p_value, c.n_a, c.n_b)
-        effects = shares_of_regression(effects, self.reference_regression(), alpha=self.alpha,
-                                       seed=self.seed + 2)
         plan = self._plan_estimate(obs, y, levels)
         warnings += self._warnings(obs, y, drift, plan)
         if self._refs_broken():
@@ -721,15 +719,6 @@ class AttributionStrategy(StrategyBase):
             extra={"gate": decider.decision if decider is not None else None,
                    "drift_per_100_trials": (drift.slope * 100 if drift is not None and drift.drifting else 0.0)})
 
-    def reference_regression(self) -> RatioEstimate | None:
-        """Bad against good from the two reference arms' own readings (Welch on logs), or None
-        with fewer than two of either. The gate may also count arms a sure hypothesis places at a
-        level; a share of the regression must not be measured by the culprit's own contrast."""
-        obs, y, _ = self._log_values()
-        return reference_ratio(np.exp(self._arm_values(obs, y, self.good)),
-                               np.exp(self._arm_values(obs, y, self.bad)),
-                               higher_is_better=self.higher_is_better, alpha=self.alpha)
-
     def _decompose(self, obs, y, cset, family):
         """Log-linear model with HC3 errors: main effects (and the interaction for pairs)."""
         names = [self.factors[k] for k in cset]
@@ -747,7 +736,11 @@ class AttributionStrategy(StrategyBase):
                 cols, labels, kinds = [inter], ["*".join(names)], ["interaction"]
             else:
                 cols, labels, kinds = [X[:, 0], X[:, 1]], names, ["main", "main"]
-        effects = loglinear_effects(y, cols, labels, kinds, alpha=self.alpha, seed=self.seed + 1)
+        # shares of the regression the references' own readings show (the gate may also count arms
+        # a sure hypothesis places at a level: the culprit's own contrast)
+        effects = loglinear_effects(y, cols, labels, kinds, alpha=self.alpha, seed=self.seed + 1,
+                                    shares_of="references",
+                                    whole=reference_contrast([o.active for o in obs], self.good, self.bad))
         interactions = []
         if len(names) == 2:
             term = next((e.effect for e in effects if e.kind == "interaction"), None)
@@ -875,10 +868,17 @@ def synergy(names, term: RatioEstimate, total_log: float) -> Interaction:
                        f"{'larger' if same_dir else 'smaller'} than the sum of their effects")
 
 
-def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int = 0) -> list[FactorEffect]:
+def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int = 0,
+                      shares_of: str = "terms", whole=None) -> list[FactorEffect]:
     """Fit ``log value ~ 1 + cols`` (OLS, heteroscedasticity-robust HC3 errors) and return one
-    :class:`FactorEffect` per column: the term as a ratio with a t interval, and its share of the
-    whole regression (all terms together) with an interval from the coefficients' covariance."""
+    :class:`FactorEffect` per column: the term as a ratio with a t interval, and its share.
+
+    ``shares_of="terms"``: each share is the term over all terms together. ``"references"``: over
+    the regression the good and bad arms' own readings show, ``whole`` (``reference_contrast``: a
+    weight per observation whose sum with ``y`` is that regression), with an interval from their
+    joint distribution (both are linear in the same readings: classical covariance); without
+    ``whole``, or when those readings show no regression, shares are of the terms, and a lone
+    term's (100% by construction) has no interval (NaN bounds)."""
     import statsmodels.api as sm
     from scipy import stats as st
 
@@ -910,6 +910,10 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
         draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")
         tot = draws.sum(1, keepdims=True)
         shares = draws / tot
+    if shares_of not in ("terms", "references"):
+        raise ValueError(f"shares_of must be 'terms' or 'references', not {shares_of!r}")
+    joint = (_shares_of_whole(y, D, ols, whole, alpha, rng)
+             if shares_of == "references" and whole is not None else None)
     effects = []
     for k, (lab, kind) in enumerate(zip(labels, kinds)):
         p = float(2 * st.t.sf(abs(beta[k]) / se[k], dfree)) if se[k] > 0 else float("nan")
@@ -917,11 +921,56 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
         with np.errstate(over="ignore"):
             lo_r, mid, hi_r = (float(x) for x in np.exp([beta[k] - q * se[k], beta[k], beta[k] + q * se[k]]))
         est = RatioEstimate(mid, lo_r, hi_r, p)
-        sh = shares[:, k][np.isfinite(shares[:, k])]
-        lo, hi = (np.quantile(sh, [alpha / 2, 1 - alpha / 2]) if sh.size else (np.nan, np.nan))
-        effects.append(FactorEffect(lab, kind, est, float(beta[k] / total) if total else float("nan"),
-                                    float(lo), float(hi)))
+        if joint is not None:
+            point, lo, hi = joint[k]
+        else:
+            sh = shares[:, k][np.isfinite(shares[:, k])]
+            lo, hi = (np.quantile(sh, [alpha / 2, 1 - alpha / 2]) if sh.size else (np.nan, np.nan))
+            point = float(beta[k] / total) if total else float("nan")
+            if shares_of == "references" and len(labels) == 1:
+                lo = hi = float("nan")       # 100% by construction: no interval to show
+        effects.append(FactorEffect(lab, kind, est, point, float(lo), float(hi)))
     return effects
+
+
+def reference_contrast(actives, good: frozenset, bad: frozenset) -> np.ndarray | None:
+    """Weights over observations (by their active sets) whose sum with the log values is mean(bad
+    readings) - mean(good readings); None with fewer than two readings of either."""
+    ng = sum(1 for a in actives if a == good)
+    nb = sum(1 for a in actives if a == bad)
+    if ng < 2 or nb < 2:
+        return None
+    return np.array([1.0 / nb if a == bad else (-1.0 / ng if a == good else 0.0) for a in actives])
+
+
+def _shares_of_whole(y, D, ols, c, alpha, rng):
+    """(share, low, high) per term of the fit ``ols`` (design ``D``) over the reference contrast
+    ``c``, or None when the contrast shows no regression at ``alpha``."""
+    from scipy import stats as st
+    c = np.asarray(c, dtype=float)
+    n, p = D.shape
+    if c.shape != (n,) or n <= p:
+        return None
+    r = float(c @ y)
+    A = np.linalg.pinv(D)[1:]                   # beta (terms only) = A @ y
+    s2 = float(np.sum(np.asarray(ols.resid) ** 2) / (n - p))
+    if not (s2 > 0 and math.isfinite(s2)):
+        return None
+    L = np.vstack([A, c])
+    cov = s2 * (L @ L.T)
+    q = st.t.ppf(1 - alpha / 2, n - p)
+    if abs(r) <= q * math.sqrt(cov[-1, -1]):
+        return None                              # the references show no regression to share
+    beta = A @ y
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        draws = rng.multivariate_normal(np.append(beta, r), cov, size=4000, check_valid="ignore")
+        ratio = draws[:, :-1] / draws[:, -1:]
+    out = []
+    for k in range(len(beta)):
+        v = ratio[:, k][np.isfinite(ratio[:, k])]
+        lo, hi = (np.quantile(v, [alpha / 2, 1 - alpha / 2]) if v.size else (np.nan, np.nan))
+        out.append((float(beta[k] / r), float(lo), float(hi)))
+    return out
 
 
 def reference_ratio(good, bad, *, higher_is_better: bool = True, alpha: float = 0.05) -> RatioEstimate | None:
@@ -939,14 +988,12 @@ def shares_of_regression(effects, regression: RatioEstimate | None, *, alpha: fl
     """Each term's share of the whole regression as the good and bad arms measured it
     (``regression``: see ``reference_ratio``): log effect over log regression, with an interval
     drawn from both estimates' intervals independently (the reference readings are part of the
-    term's contrast too, so the interval is on the wide side). Shares then sum to about 1 only when
-    the named terms explain the whole regression; a 20% culprit beside an unnamed 5% one reads
-    about 81%.
+    term's contrast too, so the interval is on the wide side). For effects that no single fit
+    produced (several stages' own decompositions); a fit's own terms get their shares from
+    ``loglinear_effects(..., shares_of="references")``, which knows the joint distribution.
 
-    ``loglinear_effects`` divides by the sum of the fitted terms, which makes a lone culprit's
-    share 100% by construction; without two readings of each reference, or without a regression
-    they show (an interval excluding 1), that is what is kept (a lone term's without an interval:
-    NaN bounds)."""
+    Without two readings of each reference, or without a regression they show (an interval
+    excluding 1), the shares are kept (a lone term's without an interval: NaN bounds)."""
     effects = tuple(effects)
     r = regression
     if (not effects or r is None or not (0 < r.ci_low <= r.ratio <= r.ci_high < math.inf)

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import stats
 from ..verdicts import AttributionVerdict, Interaction, PlanEstimate, RatioEstimate
-from .attribution import loglinear_effects, reference_ratio, shares_of_regression, synergy
+from .attribution import loglinear_effects, reference_contrast, synergy
 from .base import StrategyBase
 
 DESIGNS = ("auto", "full", "fractional", "plackett-burman")
@@ -185,7 +185,11 @@ class ScreeningStrategy(StrategyBase):
             cols01.append(Z[:, i] * Z[:, j])
             labels.append(f"{self.factors[i]}*{self.factors[j]}")
             kinds.append("interaction")
-        effects = loglinear_effects(y, cols01, labels, kinds, alpha=self.alpha, seed=self.seed + 1)
+        # shares of the regression the two reference arms show (the design's own estimate is the
+        # sum of the same terms: every share would read 100% of it)
+        effects = loglinear_effects(y, cols01, labels, kinds, alpha=self.alpha, seed=self.seed + 1,
+                                    shares_of="references",
+                                    whole=reference_contrast([o.active for o in obs], self.good, self.bad))
         interactions = []
         own = {e.name: e for e in effects if e.kind == "main"}
         total = sum(math.log(e.effect.ratio) for e in effects)
@@ -200,9 +204,5 @@ class ScreeningStrategy(StrategyBase):
                                                 f"the regression appears only when {a} and {c} are both bad"))
             else:
                 interactions.append(synergy([a, c], e.effect, total))
-        # shares of the regression the two reference arms show (the design's own estimate is the
-        # sum of the same terms: every share would read 100% of it)
-        whole = reference_ratio(g, b, higher_is_better=self.higher_is_better, alpha=self.alpha)
-        effects = shares_of_regression(effects, whole, alpha=self.alpha, seed=self.seed + 2)
         return AttributionVerdict("culprits", names, self.trials, effects=tuple(effects),
                                   interactions=tuple(interactions), hypothesis="screening", **base)

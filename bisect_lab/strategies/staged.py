@@ -23,7 +23,8 @@ import numpy as np
 from .. import stats
 from ..stats import compare
 from ..verdicts import AttributionVerdict, Interaction
-from .attribution import AttributionStrategy, loglinear_effects, reference_ratio, shares_of_regression, synergy
+from .attribution import (AttributionStrategy, loglinear_effects, reference_contrast, reference_ratio,
+                          shares_of_regression, synergy)
 from .base import Observation, drive
 from .hypotheses import EXTENDED_RHO_GRID
 
@@ -372,6 +373,10 @@ class StagedAttribution:
         se = self._noise() * math.sqrt(sum(v for _, v in parts)) / len(parts)
         return est > -math.log1p(-self.min_effect) and (se == 0 or est / se > HINT_Z)
 
+    def _contrast(self, obs) -> np.ndarray | None:
+        """The whole regression's contrast over ``obs``: bad readings minus good readings."""
+        return reference_contrast([o.active for o in obs], frozenset(), frozenset(self.factors))
+
     def _material(self, g: list[float], b: list[float]) -> bool:
         """Is "good plus culprits" better than "bad" by more than the minimum effect (medians)?"""
         r = float(np.median(b)) / float(np.median(g))
@@ -449,6 +454,9 @@ class StagedAttribution:
                             "ended_after_trials": self._ended[k] if k < len(self._ended) else None}
                            for k, ((base, _), v) in enumerate(zip(self.stages, verdicts))]
         interactions = tuple(i for v in named for i in v.interactions)
+        # the stages' own effects have shares of their own regressions (a later stage's good arm is
+        # "good plus" the earlier culprits): re-expressed below as shares of the whole
+        of_stages = True
         if not effects and len(culprits) == 1:
             # one culprit from a stage that handed over before its own decomposition: its effect
             # on every measurement (a culprit is never reported without one)
@@ -456,20 +464,22 @@ class StagedAttribution:
             col = np.array([1.0 if culprits[0] in o.active else 0.0 for o in obs])
             if 0 < col.sum() < len(col) - 1:
                 effects = loglinear_effects(np.log([o.value for o in obs]), [col], culprits, ["main"],
-                                            alpha=self.alpha)
+                                            alpha=self.alpha, shares_of="references",
+                                            whole=self._contrast(obs))
+                of_stages = False
         if len(culprits) > 1:
             joint = self._joint(culprits)
             if joint is not None:
                 effects, interactions, estimable = joint
+                of_stages = False
                 # a pattern a confirmed stage named, whose term the joint model cannot estimate
                 # from the arms measured (no arm with one member but not the other): keep it
                 interactions += tuple(i for v in named if v.status == "culprits" for i in v.interactions
                                       if frozenset(i.factors) not in estimable)
-        # shares of the whole regression, good against bad, whichever stage or re-fit estimated
-        # the terms
-        whole = reference_ratio(self._values(frozenset()), self._values(frozenset(self.factors)),
-                                higher_is_better=self.higher_is_better, alpha=self.alpha)
-        effects = shares_of_regression(effects, whole, alpha=self.alpha, seed=self.seed + 2)
+        if of_stages:
+            whole = reference_ratio(self._values(frozenset()), self._values(frozenset(self.factors)),
+                                    higher_is_better=self.higher_is_better, alpha=self.alpha)
+            effects = shares_of_regression(effects, whole, alpha=self.alpha, seed=self.seed + 2)
         return replace(
             first, status="culprits", culprits=culprits, trials=self.trials, effects=tuple(effects),
             interactions=interactions,
@@ -525,7 +535,8 @@ class StagedAttribution:
         while True:
             labels = list(culprits) + [f"{a}*{b}" for a, b in keep]
             effects = loglinear_effects(y, mains + [X[a] * X[b] for a, b in keep], labels,
-                                        ["main"] * k + ["interaction"] * len(keep), alpha=self.alpha)
+                                        ["main"] * k + ["interaction"] * len(keep), alpha=self.alpha,
+                                        shares_of="references", whole=self._contrast(obs))
             # re-fitted with the mains only, a term may lose its significance: drop the weakest;
             # and one smaller than min_effect is not worth reporting (a -1.7% "synergy" at p 0.007
             # on the toy story), as a culprit must be worth min_effect
