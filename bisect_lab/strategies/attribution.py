@@ -269,8 +269,7 @@ class AttributionStrategy(StrategyBase):
         obs, y, drift = self._log_values()
         gate = self._gate(obs, y)
         post = self._posterior(obs, y)
-        sets = post.culprit_sets()
-        best_set, best_p = max(sets.items(), key=lambda kv: kv[1]) if sets else ((), 0.0)
+        best_set, best_p = post.best_set()
         sure = self._sure(post, best_set, best_p)
         self._state = {"gate": gate, "posterior": post, "best": best_set, "best_p": best_p,
                        "drift": drift}
@@ -449,10 +448,9 @@ class AttributionStrategy(StrategyBase):
         if len({o.active for o in obs}) < 2:
             return None
         post = self._posterior(obs, y)
-        sets = post.culprit_sets()
-        if not sets:
+        best_set, best_p = post.best_set()
+        if not best_set:
             return None
-        best_set, best_p = max(sets.items(), key=lambda kv: kv[1])
         if self._sure(post, best_set, best_p) and self._significant(obs, y, best_set):
             return tuple(self.factors[k] for k in best_set)
         return None
@@ -670,8 +668,7 @@ class AttributionStrategy(StrategyBase):
             marg = post.factor_marginals()
             candidates = tuple(sorted(((self.factors[k], round(float(marg[k]), 4))
                                        for k in range(len(self.factors))), key=lambda t: -t[1]))
-            sets = post.culprit_sets()
-            best_set, best_p = max(sets.items(), key=lambda kv: kv[1])
+            best_set, best_p = post.best_set()
             w = post.weights
             members = [h for h in range(post.space.size) if post.space.culprits(h) == best_set]
             best_h = max(members, key=lambda h: w[h])
@@ -882,6 +879,8 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
     import statsmodels.api as sm
     from scipy import stats as st
 
+    if shares_of not in ("terms", "references"):
+        raise ValueError(f"shares_of must be 'terms' or 'references', not {shares_of!r}")
     y = np.asarray(y, dtype=float)
     D = np.column_stack([np.ones(len(y))] + list(cols))
     with warnings.catch_warnings():
@@ -910,8 +909,6 @@ def loglinear_effects(y, cols, labels, kinds, *, alpha: float = 0.05, seed: int 
         draws = rng.multivariate_normal(beta, cov, size=4000, check_valid="ignore")
         tot = draws.sum(1, keepdims=True)
         shares = draws / tot
-    if shares_of not in ("terms", "references"):
-        raise ValueError(f"shares_of must be 'terms' or 'references', not {shares_of!r}")
     joint = (_shares_of_whole(y, D, ols, whole, alpha, rng)
              if shares_of == "references" and whole is not None else None)
     effects = []

@@ -167,6 +167,11 @@ class Posterior:
             out[c] = out.get(c, 0.0) + float(w[h])
         return out
 
+    def best_set(self) -> tuple[tuple[int, ...], float]:
+        """The most probable culprit set and its probability; ``((), 0.0)`` when none is left."""
+        sets = self.culprit_sets()
+        return max(sets.items(), key=lambda kv: kv[1]) if sets else ((), 0.0)
+
     def expected_information(self, X: np.ndarray, keep: float = 0.99999) -> np.ndarray:
         """Mutual information (nats) between the outcome of each candidate arm (rows of X) and the
         hypothesis, grouping hypotheses by the position they predict."""

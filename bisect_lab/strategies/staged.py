@@ -532,11 +532,12 @@ class StagedAttribution:
             pv = [p if math.isfinite(p) else 1.0 for p in pv]
             reject, _ = stats.adjust_pvalues(pv, method="holm", alpha=self.alpha)
             keep = [pr for pr, r in zip(pairs, reject) if r]
+        whole = self._contrast(obs)
         while True:
             labels = list(culprits) + [f"{a}*{b}" for a, b in keep]
             effects = loglinear_effects(y, mains + [X[a] * X[b] for a, b in keep], labels,
                                         ["main"] * k + ["interaction"] * len(keep), alpha=self.alpha,
-                                        shares_of="references", whole=self._contrast(obs))
+                                        shares_of="references", whole=whole)
             # re-fitted with the mains only, a term may lose its significance: drop the weakest;
             # and one smaller than min_effect is not worth reporting (a -1.7% "synergy" at p 0.007
             # on the toy story), as a culprit must be worth min_effect
