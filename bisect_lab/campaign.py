@@ -5,7 +5,6 @@ sweeps call them too. They never print: progress and log lines go to callbacks.
 """
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -117,6 +116,7 @@ def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] 
     noise (default: their specs). With ``commits`` (a bisection's good and bad ends), the one arm's
     trials at each of those commits are compared instead, and the estimate is per commit."""
     from . import stats
+    from .summaries import positive_metric
     from .verdicts import PlanEstimate
 
     exp, d = session.experiment, session.experiment.design
@@ -130,12 +130,12 @@ def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] 
     values: dict[tuple, list[float]] = {g: [] for g in groups}
     for t in session.store.arm_trials(sorted({spec for spec, _ in groups}), experiment=_experiment_key(exp),
                                       host=host):
-        v = t.metrics.get(session.metric)
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+        v = positive_metric(t.metrics.get(session.metric))
+        if v is None:
             continue
         for spec, commit in groups:
             if t.arm == spec and (commit is None or t.commit == commit):
-                values[(spec, commit)].append(float(v))
+                values[(spec, commit)].append(v)
     known = [v for v in values.values() if len(v) >= 2]
     if not known:
         return f"planning: no earlier measurements of {_and(names)} on {host} to plan from ({note})"

@@ -19,6 +19,11 @@ def _finite(x):
     return x if x == x and abs(x) != float("inf") else None
 
 
+def positive_metric(v) -> float | None:
+    """A metric value usable on the log scale (a finite, positive number), else None."""
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
 def failures_by_arm(trials: list[TrialResult]) -> dict[str, dict[str, int]]:
     out: dict = defaultdict(lambda: defaultdict(int))
     for t in trials:

@@ -210,6 +210,7 @@ class Night:
 
 def sweep_history(store, name: str, metric: str | None = None) -> list[Night]:
     """Every finished night of sweep ``name``, oldest first."""
+    from .summaries import positive_metric
     nights = []
     for c in store.campaigns("sweep"):
         if c.params.get("sweep") != name or c.status != "done":
@@ -220,9 +221,9 @@ def sweep_history(store, name: str, metric: str | None = None) -> list[Night]:
         for t in store.trials(c.id):
             if t.tag == "warmup":
                 continue
-            v = t.metrics.get(m) if t.ok else None
-            if v is not None and math.isfinite(v) and v > 0:
-                values.setdefault(t.arm, []).append(float(v))
+            v = positive_metric(t.metrics.get(m)) if t.ok else None
+            if v is not None:
+                values.setdefault(t.arm, []).append(v)
             elif not t.ok:
                 failed += 1
         nights.append(Night(c.id, c.created, c.params.get("commit"), values, c.result, failed))
