@@ -22,6 +22,16 @@ def _planning_line(tmp_path, pattern: str, *args):
     return m, log
 
 
+def _ok_counts(tmp_path, by: str, where: str) -> dict:
+    """Successful trials in the run's results database, counted per ``by`` (a trials column)."""
+    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
+    try:
+        return dict(db.execute(f"SELECT {by}, COUNT(*) FROM trials WHERE status='ok' AND {where} "
+                               f"GROUP BY {by}").fetchall())
+    finally:
+        db.close()
+
+
 def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
     # a 4% culprit at CV 1%: long enough (9-20 trials) for the estimate to appear mid-campaign
     exp = make_toy(tmp_path, effects={"slow": 0.96, "noop": 1.0, "gated": 1.0, "fast": 1.0})
@@ -35,10 +45,7 @@ def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
     assert all(int(t) >= 4 and 0 < float(g) < 10 and 0 < float(b) < 10 for t, g, b, _ in during)
 
     # the second campaign of the same experiment starts from what the first one measured
-    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
-    counts = dict(db.execute("SELECT arm, COUNT(*) FROM trials WHERE status='ok' AND arm IN ('none', 'all') "
-                             "GROUP BY arm").fetchall())
-    db.close()
+    counts = _ok_counts(tmp_path, "arm", "arm IN ('none', 'all')")
     m, log = _planning_line(
         tmp_path, r"planning from (\d+) stored trial\(s\) of 'none' and (\d+) of 'all' on local "
                   r"\(CV good ([\d.]+)%, bad ([\d.]+)%\): to resolve 2% at this noise: about (\d+) trials "

@@ -126,18 +126,13 @@ def test_bisect_with_a_benchmark_that_never_runs_is_exit_4(tmp_path):
 def test_bisect_plans_from_stored_trials_of_its_two_ends(tmp_path):
     """Before its first trial, a bisection says what earlier trials of the arm at its good and bad
     commits (same experiment, same host) imply: trials per commit to resolve min_effect."""
-    import sqlite3
-
-    from test_cli_attribute_planning import _planning_line
+    from test_cli_attribute_planning import _ok_counts, _planning_line
 
     repo, good, shas, exp = repo_with_history(tmp_path, n=6, culprit=3)
     _planning_line(tmp_path, rf"planning: no earlier measurements of 'none' at {good[:12]} and {shas[6][:12]} "
                              "on local", "bisect", exp, "--good", good, "--bad", "main")
 
-    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
-    counts = dict(db.execute("SELECT commit_sha, COUNT(*) FROM trials WHERE status='ok' AND arm='none' "
-                             "GROUP BY commit_sha").fetchall())
-    db.close()
+    counts = _ok_counts(tmp_path, "commit_sha", "arm='none'")
     m, log = _planning_line(
         tmp_path, rf"planning from (\d+) stored trial\(s\) of 'none' at {good[:12]} and (\d+) at {shas[6][:12]} "
                   r"on local \(CV good ([\d.]+)%, bad ([\d.]+)%\): to resolve 2% at this noise: about (\d+) trials "
