@@ -140,7 +140,7 @@ def test_single_factor():
 
 def test_effect_fit_of_a_few_wild_values_gives_infinite_bounds_not_a_crash():
     """Heavy-tailed noise once put a bound past exp's range (OverflowError inside attribute)."""
-    from bisect_lab.strategies.attribution import loglinear_effects
+    from bisect_lab.strategies.decomposition import loglinear_effects
     (eff,) = loglinear_effects([0.0, 1.0, 0.0, 300.0], [np.array([0.0, 0.0, 1.0, 1.0])], ["f"], ["main"])
     assert math.isinf(eff.effect.ci_high) and eff.effect.ci_low >= 0
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import stats
 from ..verdicts import AttributionVerdict, Interaction, PlanEstimate, RatioEstimate
-from .attribution import loglinear_effects, reference_contrast, synergy
+from .decomposition import loglinear_effects, reference_contrast, synergy
 from .base import StrategyBase
 
 DESIGNS = ("auto", "full", "fractional", "plackett-burman")

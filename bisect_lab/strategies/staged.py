@@ -23,8 +23,9 @@ import numpy as np
 from .. import stats
 from ..stats import compare
 from ..verdicts import AttributionVerdict, Interaction
-from .attribution import (AttributionStrategy, loglinear_effects, reference_contrast, reference_ratio,
-                          shares_of_regression, synergy)
+from .attribution import AttributionStrategy
+from .decomposition import (loglinear_effects, reference_contrast, reference_ratio, shares_of_regression,
+                            synergy)
 from .base import Observation, drive
 from .hypotheses import EXTENDED_RHO_GRID
 
