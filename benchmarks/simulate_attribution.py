@@ -101,7 +101,7 @@ SCENARIOS = [
 ]
 
 # --extra: scenarios chosen after tuning, to check the figures on cases the method was not tuned
-# on (docs/attribution.md, "Seventh stop": run on seeds 1000-1049)
+# on (docs/attribution-history.md, "Seventh stop": run on seeds 1000-1049)
 EXTRA_SCENARIOS = [
     Scenario("x10", "one culprit 10%", (7, 15), (0.10,)),
     Scenario("x5cv2", "one culprit 5%, CV 2%", (10,), (0.05,), cv=0.02),

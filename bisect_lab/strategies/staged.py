@@ -80,7 +80,7 @@ class StagedAttribution:
     when the stage's own readings hint at one), and each stage also considers a culprit beside one
     four times stronger (``EXTENDED_RHO_GRID``). A 20% and a 5% culprit are then named in full in
     93% of simulated runs instead of 41%, at about twice the trials for a lone large culprit
-    (docs/attribution.md, "Seventh stop").
+    (docs/attribution-history.md, "Seventh stop").
     """
 
     name = "staged-attribution"
