@@ -445,9 +445,15 @@ class StagedAttribution:
                 candidates[name] = p
         for c in culprits:
             candidates[c] = max(candidates.get(c, 0.0), 0.99)
-        # a stage that handed over did so on purpose: its "budget ran out" lines would only mislead
-        warnings = tuple(w for k, v in enumerate(verdicts) for w in v.warnings
-                         if not ((k in handed_over or k in self._stalled) and w.startswith(_BUDGET_WARNINGS)))
+        # a stage that handed over did so on purpose: its "budget ran out" lines would only mislead.
+        # A later stage's lines are about its own arms ("good plus" the earlier culprits against
+        # "bad"): they say so, after the notes that explain why that stage ran (the CPU demo printed
+        # two "noisy arms" lines with different CVs and no way to tell which pair each was about).
+        kept = [[w for w in v.warnings
+                 if not ((k in handed_over or k in self._stalled) and w.startswith(_BUDGET_WARNINGS))]
+                for k, v in enumerate(verdicts)]
+        later = tuple(f"stage {k + 1} ('good plus {', '.join(sorted(self.stages[k][0]))}' vs 'bad'): {w}"
+                      for k in range(1, len(kept)) for w in kept[k])
         extra = dict(first.extra)
         extra["stages"] = [{"good_plus": sorted(base), "status": v.status, "culprits": v.culprits,
                             "hypothesis": v.hypothesis,
@@ -488,7 +494,7 @@ class StagedAttribution:
             confidence=float(np.prod([v.confidence for v in named])),
             hypothesis=" + ".join(v.hypothesis for v in named),
             candidates=tuple(sorted(candidates.items(), key=lambda kv: -kv[1])),
-            warnings=tuple(dict.fromkeys(warnings + tuple(self.notes))), strategy=self.name,
+            warnings=tuple(dict.fromkeys(tuple(kept[0]) + tuple(self.notes) + later)), strategy=self.name,
             factors=self.factors, extra=extra)
 
 
