@@ -46,8 +46,13 @@ def _experiment_key(exp: Experiment) -> str:
     return str(exp.path) if exp.path else exp.name
 
 
-def open_campaign(session: Session, kind: str, params: dict, resume: str | bool | None) -> tuple[str, bool]:
-    """Create a campaign, or find the one to resume (same experiment, same parameters)."""
+def open_campaign(session: Session, kind: str, params: dict, resume: str | bool | None, *,
+                  grow: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """Create a campaign, or find the one to resume (same experiment, same parameters).
+
+    ``grow`` names parameters (a budget) that a resume may raise but not lower; ``None`` there
+    means "as stored" (and is filled in ``params``). Raising one also reopens a finished campaign:
+    its stored trials are replayed and the strategy goes on where the old budget stopped it."""
     store, exp = session.store, session.experiment
     if resume:
         if resume is True:
@@ -61,13 +66,25 @@ def open_campaign(session: Session, kind: str, params: dict, resume: str | bool 
                 raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
         if c.experiment != _experiment_key(exp):
             raise UsageError(f"campaign {c.id} belongs to {c.experiment}, not {_experiment_key(exp)}")
-        if c.status == "done":
-            raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`")
-        mismatched = {k for k in set(params) | set(c.params) if params.get(k) != c.params.get(k)}
+        for k in grow:
+            if params.get(k) is None:
+                params[k] = c.params.get(k)
+        raised = [k for k in grow if isinstance(params.get(k), int) and isinstance(c.params.get(k), int)
+                  and params[k] > c.params[k]]
+        if c.status == "done" and not raised:
+            more = "".join(f"; to let it go on, resume it with a larger --{k.replace('_', '-')} (it had {c.params[k]})"
+                           for k in grow if isinstance(c.params.get(k), int))
+            raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`{more}")
+        mismatched = {k for k in set(params) | set(c.params) if k not in raised and params.get(k) != c.params.get(k)}
         if mismatched:
             k = sorted(mismatched)[0]
+            why = " (a budget can be raised on resume, not lowered)" if k in grow else ""
             raise UsageError(f"cannot resume {c.id} with different parameters: {k} was {c.params.get(k)!r}, "
-                             f"now {params.get(k)!r}")
+                             f"now {params.get(k)!r}{why}")
+        if raised:
+            store.set_campaign_params(c.id, {**c.params, **{k: params[k] for k in raised}})
+            session.log(f"campaign {c.id} ({c.status}): " + ", ".join(f"{k} {c.params[k]} -> {params[k]}" for k in raised)
+                        + f"; its {len(store.trials(c.id))} stored trial(s) are replayed first")
         store.set_campaign_status(c.id, "running")
         return c.id, True
     cid = store.create_campaign(kind, experiment=_experiment_key(exp), experiment_name=exp.name, params=params)
@@ -293,17 +310,19 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
     if not factors:
         raise UsageError(f"the good and bad arms are the same configuration ({good.spec!r}): nothing to attribute")
     d = exp.design
-    budget = d.max_trials if max_trials is None else max_trials
     if strategy not in ATTRIBUTION_STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r}: one of {', '.join(ATTRIBUTION_STRATEGIES)}")
-    params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": budget,
+    # a resume keeps the campaign's budget unless --max-trials raises it
+    params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed,
+              "max_trials": max_trials if max_trials is not None or resume else d.max_trials,
               "min_effect": d.min_effect, "alpha": d.alpha}
     if strategy != "adaptive":            # campaigns stored before --strategy existed still resume
         params.update(strategy=strategy)
     if strategy == "screening":
         params.update(repeats=repeats)
-    cid, resumed = open_campaign(session, "attribute", params, resume)
+    cid, resumed = open_campaign(session, "attribute", params, resume, grow=("max_trials",))
     session.campaign = cid
+    budget = params["max_trials"] if params["max_trials"] is not None else d.max_trials
 
     def go():
         preflight(session, [good, bad])

@@ -410,7 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(a)
     a.add_argument("--good", required=True, nargs="+", metavar="ARM")
     a.add_argument("--bad", required=True, nargs="+", metavar="ARM")
-    a.add_argument("--max-trials", type=_positive_int, help="budget (default [design] max_trials)")
+    a.add_argument("--max-trials", type=_positive_int,
+                   help="budget (default [design] max_trials; with --resume the campaign's own; a larger "
+                        "one lets a campaign that its budget cut short go on)")
     a.add_argument("--strategy", choices=ATTRIBUTION_STRATEGIES,
                    help="default [design] strategy, else adaptive: "
                         "adaptive (stops as soon as the answer is clear), thorough (adaptive, "

@@ -124,6 +124,11 @@ def attribution_result(res: dict, console: Console) -> None:
     if res.get("plan"):
         console.print(f"planning: {res['plan']}")
     _warnings(res, console)
+    if res.get("campaign") and res["status"] != "no-regression" and (
+            res["status"] == "inconclusive" or any("budget" in str(w) for w in res.get("warnings", []))):
+        # the trials already paid for are not lost: the same campaign goes on with a larger budget
+        console.print(f"to go on with more trials in this campaign: the same command with "
+                      f"--resume {res['campaign']} --max-trials N (N > {res['trials']})")
 
 
 def bisect_result(res: dict, console: Console) -> None:

@@ -169,6 +169,11 @@ class Store:
         with self._lock:
             self._db.execute("UPDATE campaigns SET status=? WHERE id=?", (status, cid))
 
+    def set_campaign_params(self, cid: str, params: dict):
+        """Replace a campaign's parameters (a resume that raised its budget)."""
+        with self._lock:
+            self._db.execute("UPDATE campaigns SET params=? WHERE id=?", (dumps(params), cid))
+
     def campaign(self, cid: str) -> Campaign:
         with self._lock:
             row = self._db.execute("SELECT * FROM campaigns WHERE id=?", (cid,)).fetchone()

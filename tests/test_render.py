@@ -28,3 +28,17 @@ def test_attribution_output_names_the_interaction_kind_and_term():
     assert "oea-topk x env:OEA_ENABLE (and)" in line
     assert "only when oea-topk and env:OEA_ENABLE are both bad" in line
     assert "-15.8% [-18.6% .. -12.9%]" in line
+
+
+def test_attribution_output_says_how_to_go_on_when_the_budget_cut_it_short():
+    base = {"good": "none", "bad": "all", "metric": "output_throughput", "trials": 80,
+            "campaign": "20261130-021235-attribute-cba3", "candidates": []}
+    hint = "--resume 20261130-021235-attribute-cba3 --max-trials N (N > 80)"
+    assert hint in _text(dict(base, status="inconclusive", culprits=[], warnings=["budget of 80 trials exhausted"]))
+    # a culprit named, but the residual could not be attributed in the budget: the same advice
+    partial = dict(base, status="culprits", culprits=["mla-gather-cast"],
+                   warnings=["a residual regression could not be attributed within the budget"])
+    assert hint in _text(partial)
+    # an answer the budget did not limit: no advice
+    assert "--resume" not in _text(dict(partial, warnings=[]))
+    assert "--resume" not in _text(dict(base, status="no-regression", culprits=[], warnings=[]))

@@ -1,0 +1,70 @@
+"""An attribution cut short by its budget goes on, in the same campaign, with a larger one: its
+stored trials are replayed, never re-run (DESIGN 3.4: --resume keeps the campaign id)."""
+import json
+import sqlite3
+
+from test_cli_run import cli, one_line_error
+from toyexp import make_toy
+
+
+def _rows(tmp_path, cid):
+    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
+    try:
+        return db.execute("SELECT trial, arm, started, metrics FROM trials WHERE campaign=? ORDER BY trial",
+                          (cid,)).fetchall()
+    finally:
+        db.close()
+
+
+def _result(tmp_path, cid):
+    """The campaign's stored answer (what --json printed), and its status."""
+    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
+    try:
+        status, result = db.execute("SELECT status, result FROM campaigns WHERE id=?", (cid,)).fetchone()
+    finally:
+        db.close()
+    assert status == "done", status
+    return json.loads(result)
+
+
+def test_a_campaign_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
+    exp = make_toy(tmp_path, effects={"slow": 0.7, "noop": 1.0, "fast": 1.0})
+    args = ("attribute", exp, "--good", "none", "--bad", "all")
+    first = cli(tmp_path, *args, "--max-trials", "3", "--json", timeout=300)
+    assert first.returncode == 3, first.stderr[-2000:]                      # inconclusive
+    r1 = json.loads(first.stdout)
+    assert r1["status"] == "inconclusive" and r1["trials"] == 3, r1
+    before = _rows(tmp_path, r1["campaign"])
+    assert len(before) == 3
+
+    # finished: a plain resume says how to go on instead of starting anything
+    line = one_line_error(cli(tmp_path, *args, "--resume", r1["campaign"]), 2)
+    assert "already finished" in line and "larger --max-trials (it had 3)" in line, line
+    assert _rows(tmp_path, r1["campaign"]) == before
+
+    more = cli(tmp_path, *args, "--resume", r1["campaign"], "--max-trials", "40", timeout=300)
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert "max_trials 3 -> 40; its 3 stored trial(s) are replayed first" in " ".join(more.stderr.split())
+    r2 = _result(tmp_path, r1["campaign"])
+    assert r2["campaign"] == r1["campaign"]
+    assert r2["status"] == "culprits" and r2["culprits"] == ["slow"], r2
+    after = _rows(tmp_path, r1["campaign"])
+    assert after[:3] == before                       # the three trials kept as they were ...
+    assert r2["trials"] == len(after) > 3            # ... and counted once: replayed, not re-run
+
+    # a budget is raised on resume, never lowered
+    line = one_line_error(cli(tmp_path, *args, "--resume", r1["campaign"], "--max-trials", "20"), 2)
+    assert "already finished" in line and "(it had 40)" in line, line
+
+    # an interrupted campaign resumes at its own budget when none is given, and refuses a lower one
+    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
+    with db:
+        db.execute("UPDATE campaigns SET status='interrupted' WHERE id=?", (r1["campaign"],))
+    db.close()
+    line = one_line_error(cli(tmp_path, *args, "--resume", r1["campaign"], "--max-trials", "20"), 2)
+    assert "max_trials was 40, now 20 (a budget can be raised on resume, not lowered)" in line, line
+    again = cli(tmp_path, *args, "--resume", "--json", timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    r3 = json.loads(again.stdout)
+    assert (r3["campaign"], r3["culprits"], r3["trials"]) == (r1["campaign"], ["slow"], r2["trials"])
+    assert _rows(tmp_path, r1["campaign"]) == after          # the same answer from the same trials
