@@ -44,17 +44,20 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         raise UsageError(f"{bad_ref} ({bad[:12]}) has no commits that {good_ref} ({good[:12]}) lacks: "
                          "is --good an ancestor of --bad?")
     candidates = len(trees.commits_between(good, bad))
-    budget = d.max_trials if max_trials is None else max_trials
-    params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed, "max_trials": budget,
+    # a resume keeps the campaign's budget unless --max-trials raises it (see open_campaign)
+    params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed,
+              "max_trials": max_trials if max_trials is not None or resume else d.max_trials,
               "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates}
-    cid, _ = open_campaign(session, "bisect", params, resume)
+    cid, _ = open_campaign(session, "bisect", params, resume, grow=("max_trials",))
     session.campaign = cid
+    budget = params["max_trials"] if params["max_trials"] is not None else d.max_trials
 
     def go():
         preflight(session, [the_arm], commit=good)
         preflight(session, [the_arm], commit=bad)
         workers = comparable_workers(session, "bisect")
-        ex = Executor(exp, session.store, cid, workers, on_trial=session.on_trial, log=session.log)
+        ex = Executor(exp, session.store, cid, workers, on_trial=session.on_trial,
+                      on_replay=session.on_replay, log=session.log)
         if session.on_plan:
             session.on_plan(budget)
         session.log(stored_plan(session, [the_arm], f"budget {budget} trials, {candidates} candidate commits",

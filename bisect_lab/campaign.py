@@ -29,6 +29,7 @@ class Session:
     log: Log = field(default=lambda m: None)
     on_trial: Callable[[TrialResult], None] | None = None
     on_plan: Callable[[int], None] | None = None      # an estimate of total trials, updated as it changes
+    on_replay: Callable[[TrialResult], None] | None = None   # a stored trial taken instead of a run (resume)
 
     def __post_init__(self):
         self.workers = [HostWorker(h, self.experiment, log=self.log) for h in self.hosts]
@@ -270,7 +271,8 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
         preflight(session, arms)
         if len(arms) > 1:
             session.log(stored_plan(session, arms, f"this run measures {repeat} per arm"))
-        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
+        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial,
+                      on_replay=session.on_replay, log=session.log)
         order = balanced_order(arms, warmup + repeat, exp.design.seed)
         nh = len(session.workers)
         if session.on_plan:
@@ -333,7 +335,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         strategy = kind(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
                         max_trials=budget, min_effect=d.min_effect, alpha=d.alpha, **extra)
         ex = Executor(exp, session.store, cid, comparable_workers(session, "attribute"),
-                      on_trial=session.on_trial, log=session.log)
+                      on_trial=session.on_trial, on_replay=session.on_replay, log=session.log)
         if session.on_plan:
             session.on_plan(budget)
         good_arm = arm_for_active(good, bad, frozenset(), exp.patchset)

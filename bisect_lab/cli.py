@@ -93,6 +93,7 @@ class _Progress:
         self.quiet = quiet
         self.metric = metric
         self.done = 0
+        self.replays = 0
         self.total = None
         self.t0 = time.monotonic()
         self.bar = None
@@ -108,6 +109,14 @@ class _Progress:
         if self.bar:
             self.bar.update(self.task, total=max(total, self.done))
 
+    def replayed(self, r):
+        """A stored trial a resume took instead of running it: counted, not printed, and not
+        part of the ETA (it took no time); the first new trial of a resumed campaign reads [81/200]."""
+        self.done += 1
+        self.replays += 1
+        if self.bar:
+            self.bar.update(self.task, advance=1)
+
     def trial(self, r):
         self.done += 1
         v = r.metrics.get(self.metric)
@@ -119,7 +128,7 @@ class _Progress:
             elapsed = time.monotonic() - self.t0
             eta = ""
             if self.total and self.done < self.total:
-                eta = f", ETA {elapsed / self.done * (self.total - self.done):.0f}s"
+                eta = f", ETA {elapsed / (self.done - self.replays) * (self.total - self.done):.0f}s"
             of = f"/{self.total}" if self.total else ""
             print(f"[{self.done}{of}{eta}] {r.host} {r.arm}: {what}", file=sys.stderr, flush=True)
 
@@ -139,7 +148,8 @@ def _session(args, exp, *, quiet: bool):
     progress = _Progress(quiet=quiet, metric=exp.benchmark.metric)
     store = Store(_results(args))
     hosts = _hosts(exp, args)
-    s = Session(exp, store, hosts, log=progress.log, on_trial=progress.trial, on_plan=progress.plan)
+    s = Session(exp, store, hosts, log=progress.log, on_trial=progress.trial, on_plan=progress.plan,
+                on_replay=progress.replayed)
     return s, progress
 
 
@@ -429,7 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--good", required=True, metavar="REF")
     b.add_argument("--bad", required=True, metavar="REF")
     b.add_argument("--patches", nargs="+", metavar="ARM", help="patches applied on every commit (default none)")
-    b.add_argument("--max-trials", type=_positive_int)
+    b.add_argument("--max-trials", type=_positive_int,
+                   help="budget (default [design] max_trials; with --resume the campaign's own; a larger "
+                        "one lets a campaign that its budget cut short go on)")
     b.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
     b.set_defaults(func=cmd_bisect)
 

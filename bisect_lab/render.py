@@ -124,11 +124,7 @@ def attribution_result(res: dict, console: Console) -> None:
     if res.get("plan"):
         console.print(f"planning: {res['plan']}")
     _warnings(res, console)
-    if res.get("campaign") and res["status"] != "no-regression" and (
-            res["status"] == "inconclusive" or any("budget" in str(w) for w in res.get("warnings", []))):
-        # the trials already paid for are not lost: the same campaign goes on with a larger budget
-        console.print(f"to go on with more trials in this campaign: the same command with "
-                      f"--resume {res['campaign']} --max-trials N (N > {res['trials']})")
+    _go_on(res, console)
 
 
 def bisect_result(res: dict, console: Console) -> None:
@@ -151,3 +147,13 @@ def bisect_result(res: dict, console: Console) -> None:
     if res.get("range"):
         console.print(f"candidate range: {', '.join(x[:12] for x in res['range'])}")
     _warnings(res, console)
+    _go_on(res, console)
+
+
+def _go_on(res: dict, console: Console) -> None:
+    """An answer the budget limited: the trials already paid for are not lost, the same campaign
+    goes on with a larger budget (attribute and bisect)."""
+    if res.get("campaign") and res["status"] != "no-regression" and (
+            res["status"] == "inconclusive" or any("budget" in str(w) for w in res.get("warnings", []))):
+        console.print(f"to go on with more trials in this campaign: the same command with "
+                      f"--resume {res['campaign']} --max-trials N (N > {res['trials']})")

@@ -292,12 +292,13 @@ class Executor:
 
     def __init__(self, experiment: Experiment, store, campaign: str, workers: list[HostWorker], *,
                  on_trial: Callable[[TrialResult], None] | None = None, log: Log | None = None,
-                 fail_fast_after: int = 3):
+                 fail_fast_after: int = 3, on_replay: Callable[[TrialResult], None] | None = None):
         self.exp = experiment
         self.store = store
         self.campaign = campaign
         self.workers = workers
         self.on_trial = on_trial or (lambda r: None)
+        self.on_replay = on_replay or (lambda r: None)
         self.log = log or (lambda m: None)
         self.fail_fast_after = fail_fast_after
         self._next_index = store.next_trial_index(campaign)
@@ -331,6 +332,7 @@ class Executor:
             if stored is not None:
                 self.replayed += 1
                 result = stored
+                self.on_replay(result)
             else:
                 out = worker.run(spec, self.campaign, self._take_index())
                 self.store.add_trial(out.result, extra=out.extra, fingerprint_data=out.fingerprint_data)

@@ -173,7 +173,8 @@ def measure_arms(session, specs: list[str], *, repeat: int, commit: str | None =
 
     def go():
         preflight(session, arms, commit)
-        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial, log=session.log)
+        ex = Executor(exp, session.store, cid, session.workers, on_trial=session.on_trial,
+                      on_replay=session.on_replay, log=session.log)
         # Warmup rounds (the experiment's [benchmark] warmup) are stored tagged "warmup" and never judged.
         warmup = max(0, exp.benchmark.warmup)
         order = balanced_order(arms, warmup + repeat, exp.design.seed)

@@ -45,6 +45,9 @@ def test_a_campaign_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
     more = cli(tmp_path, *args, "--resume", r1["campaign"], "--max-trials", "40", timeout=300)
     assert more.returncode == 0, more.stderr[-2000:]
     assert "max_trials 3 -> 40; its 3 stored trial(s) are replayed first" in " ".join(more.stderr.split())
+    # the progress counts the replayed trials: the first one run now is the fourth of the campaign
+    first_line = next(l for l in more.stderr.splitlines() if l.startswith("["))
+    assert first_line.startswith("[4/"), more.stderr
     r2 = _result(tmp_path, r1["campaign"])
     assert r2["campaign"] == r1["campaign"]
     assert r2["status"] == "culprits" and r2["culprits"] == ["slow"], r2

@@ -141,3 +141,29 @@ def test_bisect_plans_from_stored_trials_of_its_two_ends(tmp_path):
     assert (int(m[1]), int(m[2])) == (counts[good], counts[shas[6]])
     assert 0 < float(m[3]) < 5 and 0 < float(m[4]) < 5            # the toy benchmark's 1% noise
     assert log.index(m[0]) < log.index("[1/")                       # before this campaign's first trial
+
+
+def test_bisect_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
+    """Six trials cannot find commit 7 of 12: the same campaign, resumed with a larger budget,
+    replays them (never re-run) and finds it."""
+    import sqlite3
+    repo, good, shas, exp = repo_with_history(tmp_path)
+    args = ("bisect", exp, "--good", good, "--bad", "main")
+    first = cli(tmp_path, *args, "--max-trials", "6", timeout=300)
+    assert first.returncode == 3, first.stderr[-2000:]
+    out = " ".join(first.stdout.split())
+    assert "inconclusive" in out and "the same command with --resume" in out and "--max-trials N (N > " in out, out
+    cid = out.split("--resume ")[1].split()[0]
+    db = tmp_path / "res" / "bisect-lab.sqlite"
+
+    def rows():
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT trial, commit_sha, started FROM trials WHERE campaign=? ORDER BY trial",
+                             (cid,)).fetchall()
+    before = rows()
+    more = cli(tmp_path, *args, "--resume", cid, "--max-trials", "80", "--json", timeout=300)
+    assert more.returncode == 0, more.stderr[-2000:]
+    res = json.loads(more.stdout)
+    assert res["campaign"] == cid and res["status"] == "culprit" and res["commit"] == shas[7], res
+    after = rows()
+    assert after[:len(before)] == before and res["trials"] == len(after) > len(before)
