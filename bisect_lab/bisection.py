@@ -45,12 +45,11 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
                          "is --good an ancestor of --bad?")
     candidates = len(trees.commits_between(good, bad))
     # a resume keeps the campaign's budget unless --max-trials raises it (see open_campaign)
-    params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed,
-              "max_trials": max_trials if max_trials is not None or resume else d.max_trials,
+    params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed, "max_trials": max_trials,
               "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates}
-    cid, _ = open_campaign(session, "bisect", params, resume, grow=("max_trials",))
+    cid, _ = open_campaign(session, "bisect", params, resume, grow={"max_trials": d.max_trials})
     session.campaign = cid
-    budget = params["max_trials"] if params["max_trials"] is not None else d.max_trials
+    budget = params["max_trials"]
 
     def go():
         preflight(session, [the_arm], commit=good)

@@ -48,48 +48,60 @@ def _experiment_key(exp: Experiment) -> str:
 
 
 def open_campaign(session: Session, kind: str, params: dict, resume: str | bool | None, *,
-                  grow: tuple[str, ...] = ()) -> tuple[str, bool]:
+                  grow: dict[str, int] | None = None) -> tuple[str, bool]:
     """Create a campaign, or find the one to resume (same experiment, same parameters).
 
-    ``grow`` names parameters (a budget) that a resume may raise but not lower; ``None`` there
-    means "as stored" (and is filled in ``params``). Raising one also reopens a finished campaign:
-    its stored trials are replayed and the strategy goes on where the old budget stopped it."""
+    ``grow`` maps parameters (a budget) that a resume may raise but not lower to their defaults:
+    ``None`` in ``params`` means the default for a new campaign and the stored value for a resumed
+    one (filled in ``params``). Raising one also reopens a finished campaign: its stored trials are
+    replayed and the strategy goes on where the old budget stopped it."""
     store, exp = session.store, session.experiment
-    if resume:
-        if resume is True:
-            c = store.latest_unfinished(kind, _experiment_key(exp))
-            if c is None:
-                raise UsageError(f"nothing to resume: no unfinished {kind} campaign of {_experiment_key(exp)} "
-                                 f"in {store.path}")
-        else:
-            c = store.campaign(resume)
-            if c.kind != kind:
-                raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
-        if c.experiment != _experiment_key(exp):
-            raise UsageError(f"campaign {c.id} belongs to {c.experiment}, not {_experiment_key(exp)}")
-        for k in grow:
+    grow = grow or {}
+    if not resume:
+        for k, default in grow.items():
             if params.get(k) is None:
-                params[k] = c.params.get(k)
-        raised = [k for k in grow if isinstance(params.get(k), int) and isinstance(c.params.get(k), int)
-                  and params[k] > c.params[k]]
-        if c.status == "done" and not raised:
-            more = "".join(f"; to let it go on, resume it with a larger --{k.replace('_', '-')} (it had {c.params[k]})"
-                           for k in grow if isinstance(c.params.get(k), int))
-            raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`{more}")
-        mismatched = {k for k in set(params) | set(c.params) if k not in raised and params.get(k) != c.params.get(k)}
-        if mismatched:
-            k = sorted(mismatched)[0]
-            why = " (a budget can be raised on resume, not lowered)" if k in grow else ""
-            raise UsageError(f"cannot resume {c.id} with different parameters: {k} was {c.params.get(k)!r}, "
-                             f"now {params.get(k)!r}{why}")
-        if raised:
-            store.set_campaign_params(c.id, {**c.params, **{k: params[k] for k in raised}})
-            session.log(f"campaign {c.id} ({c.status}): " + ", ".join(f"{k} {c.params[k]} -> {params[k]}" for k in raised)
-                        + f"; its {len(store.trials(c.id))} stored trial(s) are replayed first")
-        store.set_campaign_status(c.id, "running")
-        return c.id, True
-    cid = store.create_campaign(kind, experiment=_experiment_key(exp), experiment_name=exp.name, params=params)
-    return cid, False
+                params[k] = default
+        cid = store.create_campaign(kind, experiment=_experiment_key(exp), experiment_name=exp.name, params=params)
+        return cid, False
+    if resume is True:
+        c = store.latest_unfinished(kind, _experiment_key(exp))
+        if c is None:
+            raise UsageError(f"nothing to resume: no unfinished {kind} campaign of {_experiment_key(exp)} "
+                             f"in {store.path}")
+    else:
+        c = store.campaign(resume)
+        if c.kind != kind:
+            raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
+    if c.experiment != _experiment_key(exp):
+        raise UsageError(f"campaign {c.id} belongs to {c.experiment}, not {_experiment_key(exp)}")
+    raised = _raised_on_resume(c, params, grow)
+    if raised:
+        store.set_campaign_params(c.id, {**c.params, **{k: params[k] for k in raised}})
+        session.log(f"campaign {c.id} ({c.status}): " + ", ".join(f"{k} {c.params[k]} -> {params[k]}" for k in raised)
+                    + f"; its {len(store.trials(c.id))} stored trial(s) are replayed first")
+    store.set_campaign_status(c.id, "running")
+    return c.id, True
+
+
+def _raised_on_resume(c, params: dict, grow: dict[str, int]) -> list[str]:
+    """The ``grow`` parameters this resume raises; a usage error for a finished campaign that
+    nothing reopens, or for any other parameter that differs (a lowered budget included)."""
+    for k, default in grow.items():
+        if params.get(k) is None:
+            params[k] = c.params.get(k, default)
+    raised = [k for k in grow if isinstance(params.get(k), int) and isinstance(c.params.get(k), int)
+              and params[k] > c.params[k]]
+    if c.status == "done" and not raised:
+        more = "".join(f"; to let it go on, resume it with a larger --{k.replace('_', '-')} (it had {c.params[k]})"
+                       for k in grow if isinstance(c.params.get(k), int))
+        raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`{more}")
+    mismatched = {k for k in set(params) | set(c.params) if k not in raised and params.get(k) != c.params.get(k)}
+    if mismatched:
+        k = sorted(mismatched)[0]
+        why = " (a budget can be raised on resume, not lowered)" if k in grow else ""
+        raise UsageError(f"cannot resume {c.id} with different parameters: {k} was {c.params.get(k)!r}, "
+                         f"now {params.get(k)!r}{why}")
+    return raised
 
 
 def preflight(session: Session, arms: list[Arm], commit: str | None = None) -> None:
@@ -315,16 +327,15 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
     if strategy not in ATTRIBUTION_STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r}: one of {', '.join(ATTRIBUTION_STRATEGIES)}")
     # a resume keeps the campaign's budget unless --max-trials raises it
-    params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed,
-              "max_trials": max_trials if max_trials is not None or resume else d.max_trials,
+    params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": max_trials,
               "min_effect": d.min_effect, "alpha": d.alpha}
     if strategy != "adaptive":            # campaigns stored before --strategy existed still resume
         params.update(strategy=strategy)
     if strategy == "screening":
         params.update(repeats=repeats)
-    cid, resumed = open_campaign(session, "attribute", params, resume, grow=("max_trials",))
+    cid, resumed = open_campaign(session, "attribute", params, resume, grow={"max_trials": d.max_trials})
     session.campaign = cid
-    budget = params["max_trials"] if params["max_trials"] is not None else d.max_trials
+    budget = params["max_trials"]
 
     def go():
         preflight(session, [good, bad])
