@@ -273,11 +273,12 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
         a = parse_arm(s, exp.patchset)
         if a.spec not in [x.spec for x in arms]:
             arms.append(a)
-    repeat = exp.design.repeat if repeat is None else repeat
     warmup = max(0, exp.benchmark.warmup)
+    # a resume keeps the campaign's repeat unless --repeat raises it (more trials of every arm)
     params = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "warmup": warmup}
-    cid, resumed = open_campaign(session, "run", params, resume)
+    cid, resumed = open_campaign(session, "run", params, resume, grow={"repeat": exp.design.repeat})
     session.campaign = cid
+    repeat = params["repeat"]
 
     def go():
         preflight(session, arms)

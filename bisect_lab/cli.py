@@ -412,7 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     r.add_argument("--patches", action="append", nargs="+", metavar="ARM",
                    help="arm spec, e.g. all-minus topk NCCL_PROTO=LL (repeat the option for more arms)")
-    r.add_argument("--repeat", type=_positive_int, help="trials per arm (default [design] repeat)")
+    r.add_argument("--repeat", type=_positive_int,
+                   help="trials per arm (default [design] repeat; with --resume the campaign's own; a larger "
+                        "one measures more in a finished campaign)")
     r.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN", help="continue an interrupted campaign")
     r.set_defaults(func=cmd_run)
 

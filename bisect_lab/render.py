@@ -21,6 +21,11 @@ def run_result(res: dict, console: Console) -> None:
     for k, m in enumerate(blocks):
         _metric_tables(m, family, console, primary_of=res if k == 0 else None)
     _warnings(res, console)
+    if res.get("campaign") and any(r.get("verdict") == "unknown" for r in res.get("comparisons", [])):
+        # the comparisons are per host: their n is the repeat, whatever the number of hosts
+        n = max((max(r.get("n_a") or 0, r.get("n_b") or 0) for r in res["comparisons"]), default=0)
+        console.print(f"to measure more in this campaign: the same command with --resume {res['campaign']} "
+                      f"--repeat N (N > {n})")
 
 
 def _metric_tables(m: dict, family: bool, console: Console, primary_of: dict | None) -> None:

@@ -296,3 +296,29 @@ def test_nccl_debug_lines_are_parsed_and_checked_against_the_arm(tmp_path):
     st = Store(tmp_path / "res")
     t = st.trials(res["campaign"])[-1]
     assert t.env_report["nccl"]["version"] == "2.21.5+cuda12.4"
+
+
+def test_a_finished_run_measures_more_in_the_same_campaign(tmp_path):
+    """Two trials per arm cannot settle a 1.5% difference: the output says how to measure more,
+    and `--resume CAMPAIGN --repeat 4` adds two per arm to the same campaign (the first four kept)."""
+    toy = make_toy(tmp_path, effects={"slow": 0.985, "noop": 1.0})
+    args = ("run", toy, "--patches", "none", "--patches", "all")
+    p = cli(tmp_path, *args, "--repeat", "2")
+    assert p.returncode == 0, p.stderr
+    out = " ".join(p.stdout.split())
+    assert "unknown" in out and "the same command with --resume " in out and "--repeat N (N > 2)" in out, out
+    cid = out.split("--resume ")[1].split()[0]
+    db = tmp_path / "res" / "bisect-lab.sqlite"
+
+    def rows():
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT trial, arm, started FROM trials WHERE campaign=? ORDER BY trial",
+                             (cid,)).fetchall()
+    before = rows()
+    assert len(before) == 4
+    more = cli(tmp_path, *args, "--resume", cid, "--repeat", "4", "--json")
+    assert more.returncode == 0, more.stderr
+    res = json.loads(more.stdout)
+    assert res["campaign"] == cid and {a["arm"]: a["n"] for a in res["arms"]} == {"none": 4, "all": 4}, res
+    after = rows()
+    assert after[:4] == before and len(after) == 8
