@@ -3,17 +3,12 @@ stored trials are replayed, never re-run (DESIGN 3.4: --resume keeps the campaig
 import json
 import sqlite3
 
-from test_cli_run import cli, one_line_error
+from test_cli_run import campaign_rows, cli, one_line_error
 from toyexp import make_toy
 
 
 def _rows(tmp_path, cid):
-    db = sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite")
-    try:
-        return db.execute("SELECT trial, arm, started, metrics FROM trials WHERE campaign=? ORDER BY trial",
-                          (cid,)).fetchall()
-    finally:
-        db.close()
+    return campaign_rows(tmp_path, cid, "trial, arm, started, metrics")
 
 
 def _result(tmp_path, cid):

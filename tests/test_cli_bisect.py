@@ -5,7 +5,7 @@ import textwrap
 import pytest
 
 from gitrepos import GitRepo, PatchSpec, write_patchset
-from test_cli_run import cli, one_line_error
+from test_cli_run import campaign_rows, cli, go_on_campaign, one_line_error
 
 BENCH = textwrap.dedent('''
     import os, random
@@ -146,24 +146,16 @@ def test_bisect_plans_from_stored_trials_of_its_two_ends(tmp_path):
 def test_bisect_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
     """Six trials cannot find commit 7 of 12: the same campaign, resumed with a larger budget,
     replays them (never re-run) and finds it."""
-    import sqlite3
     repo, good, shas, exp = repo_with_history(tmp_path)
     args = ("bisect", exp, "--good", good, "--bad", "main")
     first = cli(tmp_path, *args, "--max-trials", "6", timeout=300)
     assert first.returncode == 3, first.stderr[-2000:]
-    out = " ".join(first.stdout.split())
-    assert "inconclusive" in out and "the same command with --resume" in out and "--max-trials N (N > " in out, out
-    cid = out.split("--resume ")[1].split()[0]
-    db = tmp_path / "res" / "bisect-lab.sqlite"
-
-    def rows():
-        with sqlite3.connect(db) as c:
-            return c.execute("SELECT trial, commit_sha, started FROM trials WHERE campaign=? ORDER BY trial",
-                             (cid,)).fetchall()
-    before = rows()
+    assert "inconclusive" in first.stdout, first.stdout
+    cid = go_on_campaign(first.stdout, "--max-trials")
+    before = campaign_rows(tmp_path, cid, "trial, commit_sha, started")
     more = cli(tmp_path, *args, "--resume", cid, "--max-trials", "80", "--json", timeout=300)
     assert more.returncode == 0, more.stderr[-2000:]
     res = json.loads(more.stdout)
     assert res["campaign"] == cid and res["status"] == "culprit" and res["commit"] == shas[7], res
-    after = rows()
+    after = campaign_rows(tmp_path, cid, "trial, commit_sha, started")
     assert after[:len(before)] == before and res["trials"] == len(after) > len(before)

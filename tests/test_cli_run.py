@@ -20,6 +20,19 @@ def cli(tmp_path, *args, env=None, timeout=120):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
 
 
+def campaign_rows(tmp_path, cid, cols="trial, arm, started"):
+    """A campaign's stored trials (``cols``), in order: what a resume must keep as it was."""
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        return db.execute(f"SELECT {cols} FROM trials WHERE campaign=? ORDER BY trial", (cid,)).fetchall()
+
+
+def go_on_campaign(stdout: str, option: str) -> str:
+    """The campaign that the human output says can go on with ``--resume CAMPAIGN <option> N``."""
+    out = " ".join(stdout.split())
+    assert "the same command with --resume " in out and f"{option} N (N > " in out, out
+    return out.split("--resume ")[1].split()[0]
+
+
 def one_line_error(p, code):
     assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
     assert "Traceback" not in p.stderr, p.stderr
@@ -305,20 +318,13 @@ def test_a_finished_run_measures_more_in_the_same_campaign(tmp_path):
     args = ("run", toy, "--patches", "none", "--patches", "all")
     p = cli(tmp_path, *args, "--repeat", "2")
     assert p.returncode == 0, p.stderr
-    out = " ".join(p.stdout.split())
-    assert "unknown" in out and "the same command with --resume " in out and "--repeat N (N > 2)" in out, out
-    cid = out.split("--resume ")[1].split()[0]
-    db = tmp_path / "res" / "bisect-lab.sqlite"
-
-    def rows():
-        with sqlite3.connect(db) as c:
-            return c.execute("SELECT trial, arm, started FROM trials WHERE campaign=? ORDER BY trial",
-                             (cid,)).fetchall()
-    before = rows()
+    assert "unknown" in p.stdout and "--repeat N (N > 2)" in " ".join(p.stdout.split()), p.stdout
+    cid = go_on_campaign(p.stdout, "--repeat")
+    before = campaign_rows(tmp_path, cid)
     assert len(before) == 4
     more = cli(tmp_path, *args, "--resume", cid, "--repeat", "4", "--json")
     assert more.returncode == 0, more.stderr
     res = json.loads(more.stdout)
     assert res["campaign"] == cid and {a["arm"]: a["n"] for a in res["arms"]} == {"none": 4, "all": 4}, res
-    after = rows()
+    after = campaign_rows(tmp_path, cid)
     assert after[:4] == before and len(after) == 8
