@@ -131,6 +131,7 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             "commits": [c for lv in levels for c in lv["commits"]],
             "untestable": untestable,
             "metric": exp.benchmark.metric,
+            "max_trials": budget,
         })
         several = single_host_warnings(session, "bisect", "commits")
         if several:

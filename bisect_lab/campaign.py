@@ -307,8 +307,11 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
 
 
 # --------------------------------------------------------------------------- attribute
+SCREENING_REPEATS = 2      # rounds of a screening design unless --repeats says otherwise
+
+
 def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | bool | None = None,
-              max_trials: int | None = None, strategy: str = "adaptive", repeats: int = 2) -> dict:
+              max_trials: int | None = None, strategy: str = "adaptive", repeats: int | None = None) -> dict:
     """Find which factors (patches, env vars) explain the difference between two arms.
 
     ``strategy``: "adaptive" (the default: staged Bayesian attribution, stops as soon as the answer
@@ -327,14 +330,16 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
     d = exp.design
     if strategy not in ATTRIBUTION_STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r}: one of {', '.join(ATTRIBUTION_STRATEGIES)}")
-    # a resume keeps the campaign's budget unless --max-trials raises it
+    # a resume keeps the campaign's budget (and a screening design's rounds) unless raised
     params = {"good": good.spec, "bad": bad.spec, "factors": factors, "seed": d.seed, "max_trials": max_trials,
               "min_effect": d.min_effect, "alpha": d.alpha}
+    grow = {"max_trials": d.max_trials}
     if strategy != "adaptive":            # campaigns stored before --strategy existed still resume
         params.update(strategy=strategy)
     if strategy == "screening":
         params.update(repeats=repeats)
-    cid, resumed = open_campaign(session, "attribute", params, resume, grow={"max_trials": d.max_trials})
+        grow["repeats"] = SCREENING_REPEATS
+    cid, resumed = open_campaign(session, "attribute", params, resume, grow=grow)
     session.campaign = cid
     budget = params["max_trials"]
 
@@ -380,6 +385,8 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         trials = session.store.trials(cid)
         res = attribution_summary(exp, good, bad, factors, verdict, trials, cid)
         res["warnings"] += single_host_warnings(session, "attribute", "arms")
+        # what a resume can raise to go on (render: "the same command with --resume ...")
+        res.update({k: params[k] for k in grow})
         return res
 
     return _finish(session, cid, go)

@@ -431,8 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "and every answer checked for a smaller culprit left over: more trials, a 5%% "
                         "culprit beside a 20%% one found far more often) or screening (a fixed "
                         "factorial / Plackett-Burman design: a known number of trials)")
-    a.add_argument("--repeats", type=_positive_int, default=2,
-                   help="screening: rounds of the design (each round = every design arm + good + bad)")
+    a.add_argument("--repeats", type=_positive_int,
+                   help="screening: rounds of the design (each round = every design arm + good + bad; "
+                        "default 2; with --resume the campaign's own, and more rounds let it go on)")
     a.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN")
     a.set_defaults(func=cmd_attribute)
 

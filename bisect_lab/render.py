@@ -157,8 +157,11 @@ def bisect_result(res: dict, console: Console) -> None:
 
 def _go_on(res: dict, console: Console) -> None:
     """An answer the budget limited: the trials already paid for are not lost, the same campaign
-    goes on with a larger budget (attribute and bisect)."""
+    goes on with a larger budget (attribute and bisect; a screening design with more rounds)."""
     if res.get("campaign") and res["status"] != "no-regression" and (
-            res["status"] == "inconclusive" or any("budget" in str(w) for w in res.get("warnings", []))):
+            res["status"] == "inconclusive" or any("budget" in str(w) or "--repeats" in str(w)
+                                                   for w in res.get("warnings", []))):
+        option, was = (("--repeats", res.get("repeats")) if str(res.get("strategy", "")).startswith("screening")
+                       else ("--max-trials", res.get("max_trials") or res["trials"]))
         console.print(f"to go on with more trials in this campaign: the same command with "
-                      f"--resume {res['campaign']} --max-trials N (N > {res['trials']})")
+                      f"--resume {res['campaign']} {option} N (N > {was})")

@@ -42,3 +42,11 @@ def test_attribution_output_says_how_to_go_on_when_the_budget_cut_it_short():
     # an answer the budget did not limit: no advice
     assert "--resume" not in _text(dict(partial, warnings=[]))
     assert "--resume" not in _text(dict(base, status="no-regression", culprits=[], warnings=[]))
+
+
+def test_a_screening_design_goes_on_with_more_rounds():
+    res = {"good": "none", "bad": "all", "metric": "output_throughput", "trials": 36, "campaign": "C1",
+           "candidates": [], "status": "inconclusive", "culprits": [], "strategy": "screening", "repeats": 2,
+           "max_trials": 200, "warnings": ["no factor significant: more rounds (--repeats) or the adaptive strategy"]}
+    assert "--resume C1 --repeats N (N > 2)" in _text(res)
+    assert "--resume C1 --max-trials N (N > 200)" in _text(dict(res, strategy="staged-attribution"))

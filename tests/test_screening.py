@@ -100,3 +100,12 @@ def test_cli_attribute_with_the_screening_strategy(tmp_path):
     res = json.loads(p.stdout)
     assert res["status"] == "culprits" and res["culprits"] == ["slow"], res
     assert res["trials"] == 32                       # 4 patches: 2^4 arms, two rounds
+    # a third round in the same campaign: the two stored rounds are replayed, 16 trials added
+    from test_cli_run import campaign_rows
+    before = campaign_rows(tmp_path, res["campaign"])
+    more = cli(tmp_path, "attribute", toy, "--good", "none", "--bad", "all", "--strategy", "screening",
+               "--repeats", "3", "--resume", res["campaign"], "--json", timeout=300)
+    assert more.returncode == 0, more.stderr
+    res3 = json.loads(more.stdout)
+    assert (res3["campaign"], res3["trials"], res3["repeats"]) == (res["campaign"], 48, 3), res3
+    assert res3["culprits"] == ["slow"] and campaign_rows(tmp_path, res["campaign"])[:32] == before
