@@ -174,6 +174,11 @@ def _setup_section(c: Campaign, trials: list[TrialResult], metric: str, hib: boo
             ["when", f"{_when(started)} — {_when(ended)} ({_dur(ended - started)})"],
             ["status", c.status]]
     rows += [[k, v] for k, v in extra]
+    # what the campaign ran under (a resume may have raised it: the params hold the latest)
+    if isinstance(c.params.get("max_trials"), int) and c.kind in ("attribute", "bisect"):
+        rows.append(["budget", f"{c.params['max_trials']} trials"])
+    if isinstance(c.params.get("repeat"), int) and c.kind == "run":
+        rows.append(["repeat", f"{c.params['repeat']} per arm"])
     if c.params.get("node"):
         rows.append(["pytest node", _code(c.params["node"])])
     s.add(Table(["", ""], rows))

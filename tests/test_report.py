@@ -73,6 +73,7 @@ def test_run_report_markdown_reads_well(run_store, tmp_path):
     # arms table with n and failures
     assert re.search(r"\| `all-minus mla` \| 6 \| 9[34]\.\d\d \|", md)
     assert "| `all NCCL_ALGO=Tree` | 6 |" in md
+    assert "| repeat | 6 per arm |" in md
     # the env var that missed the workers
     assert "MISSED: only 6 of 18 processes" in md and "NCCL_ALGO reached 1 of 3 processes" in md
     # the fingerprint diff names the confounder (clocks, temperature), not just the tree
@@ -113,7 +114,7 @@ def test_drift_is_called_out(tmp_path):
 def _attribution_store(tmp_path):
     store = Store(tmp_path / "results")
     cid = store.create_campaign("attribute", experiment="/x/demo.toml", experiment_name="demo",
-                                params={"good": "none", "bad": "all OEA_ENABLE=1", "seed": 0})
+                                params={"good": "none", "bad": "all OEA_ENABLE=1", "seed": 0, "max_trials": 200})
     rng = np.random.default_rng(1)
     arms = {"none": 94, "all OEA_ENABLE=1": 60, "only mla-gather-cast": 66, "all-minus mla-gather-cast OEA_ENABLE=1": 80}
     i = 0
@@ -153,6 +154,7 @@ def test_attribution_report_names_culprits_and_plots_effects(tmp_path):
     assert "| `mla-gather-cast` | main | -30.0% | -32.0% .. -28.0% | 80% (72..88%) |" in md
     assert "| `sm120-fixes` | main | +0.1% |" in md
     assert "oea-topk costs 15% only when OEA_ENABLE=1" in md
+    assert "| budget | 200 trials |" in md          # what it ran under (a resume may raise it)
     assert [f.name for s in rep.sections for f in s.blocks if hasattr(f, "png")][:1] == ["effects"]
     store.close()
 
