@@ -48,15 +48,19 @@ def _experiment_key(exp: Experiment) -> str:
 
 
 def open_campaign(session: Session, kind: str, params: dict, resume: str | bool | None, *,
-                  grow: dict[str, int] | None = None) -> tuple[str, bool]:
+                  grow: dict[str, int] | None = None,
+                  upgrades: dict[str, tuple] | None = None) -> tuple[str, bool]:
     """Create a campaign, or find the one to resume (same experiment, same parameters).
 
     ``grow`` maps parameters (a budget) that a resume may raise but not lower to their defaults:
     ``None`` in ``params`` means the default for a new campaign and the stored value for a resumed
     one (filled in ``params``). Raising one also reopens a finished campaign: its stored trials are
-    replayed and the strategy goes on where the old budget stopped it."""
+    replayed and the strategy goes on where the old budget stopped it. ``upgrades`` maps a
+    parameter to the one change of it a resume may make, ``(stored, new, stored's name)`` (the
+    default attribution to the thorough one), with the same effect."""
     store, exp = session.store, session.experiment
     grow = grow or {}
+    upgrades = upgrades or {}
     if not resume:
         for k, default in grow.items():
             if params.get(k) is None:
@@ -74,26 +78,30 @@ def open_campaign(session: Session, kind: str, params: dict, resume: str | bool 
             raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
     if c.experiment != _experiment_key(exp):
         raise UsageError(f"campaign {c.id} belongs to {c.experiment}, not {_experiment_key(exp)}")
-    raised = _raised_on_resume(c, params, grow)
+    raised = _raised_on_resume(c, params, grow, upgrades)
     if raised:
         store.set_campaign_params(c.id, {**c.params, **{k: params[k] for k in raised}})
-        session.log(f"campaign {c.id} ({c.status}): " + ", ".join(f"{k} {c.params[k]} -> {params[k]}" for k in raised)
+        was = {k: c.params.get(k, upgrades[k][2] if k in upgrades else None) for k in raised}
+        session.log(f"campaign {c.id} ({c.status}): " + ", ".join(f"{k} {was[k]} -> {params[k]}" for k in raised)
                     + f"; its {len(store.trials(c.id))} stored trial(s) are replayed first")
     store.set_campaign_status(c.id, "running")
     return c.id, True
 
 
-def _raised_on_resume(c, params: dict, grow: dict[str, int]) -> list[str]:
-    """The ``grow`` parameters this resume raises; a usage error for a finished campaign that
-    nothing reopens, or for any other parameter that differs (a lowered budget included)."""
+def _raised_on_resume(c, params: dict, grow: dict[str, int], upgrades: dict[str, tuple]) -> list[str]:
+    """The ``grow`` and ``upgrades`` parameters this resume raises; a usage error for a finished
+    campaign that nothing reopens, or for any other parameter that differs (a lowered budget
+    included)."""
     for k, default in grow.items():
         if params.get(k) is None:
             params[k] = c.params.get(k, default)
     raised = [k for k in grow if isinstance(params.get(k), int) and isinstance(c.params.get(k), int)
               and params[k] > c.params[k]]
+    raised += [k for k, (old, new, _) in upgrades.items() if c.params.get(k) == old and params.get(k) == new]
     if c.status == "done" and not raised:
         more = "".join(f"; to let it go on, resume it with a larger --{k.replace('_', '-')} (it had {c.params[k]})"
                        for k in grow if isinstance(c.params.get(k), int))
+        more += "".join(f" or with --{k} {new}" for k, (old, new, _) in upgrades.items() if c.params.get(k) == old)
         raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`{more}")
     mismatched = {k for k in set(params) | set(c.params) if k not in raised and params.get(k) != c.params.get(k)}
     if mismatched:
@@ -339,7 +347,9 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
     if strategy == "screening":
         params.update(repeats=repeats)
         grow["repeats"] = SCREENING_REPEATS
-    cid, resumed = open_campaign(session, "attribute", params, resume, grow=grow)
+    # a default campaign may go on as a thorough one (its readings replayed into the thorough search)
+    cid, resumed = open_campaign(session, "attribute", params, resume, grow=grow,
+                                 upgrades={"strategy": (None, "thorough", "adaptive")})
     session.campaign = cid
     budget = params["max_trials"]
 

@@ -165,3 +165,7 @@ def _go_on(res: dict, console: Console) -> None:
                        else ("--max-trials", res.get("max_trials") or res["trials"]))
         console.print(f"to go on with more trials in this campaign: the same command with "
                       f"--resume {res['campaign']} {option} N (N > {was})")
+    if (res.get("campaign") and res["status"] == "culprits" and str(res.get("strategy")) == "staged-attribution"
+            and any("cannot be ruled out" in str(w) for w in res.get("warnings", []))):
+        console.print(f"to look for a smaller culprit beside the named ones, with the trials already made: "
+                      f"the same command with --resume {res['campaign']} --strategy thorough")

@@ -66,3 +66,28 @@ def test_a_campaign_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
     r3 = json.loads(again.stdout)
     assert (r3["campaign"], r3["culprits"], r3["trials"]) == (r1["campaign"], ["slow"], r2["trials"])
     assert _rows(tmp_path, r1["campaign"]) == after          # the same answer from the same trials
+
+
+def test_a_default_attribution_goes_on_as_a_thorough_one(tmp_path):
+    """`--resume CAMPAIGN --strategy thorough` on a finished default campaign: its trials are
+    replayed into the thorough search, which names the 6% culprit beside the 20% one."""
+    exp = make_toy(tmp_path, effects={"big": 0.8, "small": 0.94, "noop": 1.0})
+    args = ("attribute", exp, "--good", "none", "--bad", "all")
+    first = cli(tmp_path, *args, "--json", timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    r1 = json.loads(first.stdout)
+    assert r1["status"] == "culprits" and "big" in r1["culprits"], r1
+    before = _rows(tmp_path, r1["campaign"])
+    # a plain resume of the finished campaign names both ways to go on
+    line = one_line_error(cli(tmp_path, *args, "--resume", r1["campaign"]), 2)
+    assert "larger --max-trials" in line and "or with --strategy thorough" in line, line
+    more = cli(tmp_path, *args, "--resume", r1["campaign"], "--strategy", "thorough", timeout=300)
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert "strategy adaptive -> thorough" in " ".join(more.stderr.split()), more.stderr
+    r2 = _result(tmp_path, r1["campaign"])
+    assert r2["strategy"] == "staged-attribution (thorough)" and r2["culprits"] == ["big", "small"], r2
+    after = _rows(tmp_path, r1["campaign"])
+    assert after[:len(before)] == before and r2["trials"] == len(after)
+    # and not back: a thorough campaign does not resume as a default one
+    line = one_line_error(cli(tmp_path, *args, "--resume", r1["campaign"], "--max-trials", "400"), 2)
+    assert "strategy was 'thorough'" in line, line

@@ -50,3 +50,13 @@ def test_a_screening_design_goes_on_with_more_rounds():
            "max_trials": 200, "warnings": ["no factor significant: more rounds (--repeats) or the adaptive strategy"]}
     assert "--resume C1 --repeats N (N > 2)" in _text(res)
     assert "--resume C1 --max-trials N (N > 200)" in _text(dict(res, strategy="staged-attribution"))
+
+
+def test_an_answer_that_cannot_rule_out_a_further_culprit_suggests_the_thorough_strategy():
+    res = {"good": "none", "bad": "all", "metric": "output_throughput", "trials": 40, "campaign": "C2",
+           "candidates": [], "status": "culprits", "culprits": ["big"], "strategy": "staged-attribution",
+           "max_trials": 200, "warnings": ["the residual check stayed undecided after 12 readings of each arm: "
+                                           "... a further culprit of up to 6% cannot be ruled out"]}
+    assert "--resume C2 --strategy thorough" in _text(res)
+    assert "--strategy thorough" not in _text(dict(res, strategy="staged-attribution (thorough)"))
+    assert "--strategy thorough" not in _text(dict(res, warnings=[]))
