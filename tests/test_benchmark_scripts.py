@@ -71,3 +71,13 @@ def test_attribution_bounds_hold_for_the_optimal_test():
         assert wrong0 <= a + 0.02, l
     assert float(rows[0].split("|")[1]) > 60, rows[0]
     assert re.search(r"allows no better than \d+\.\d% wrong answers", out), out
+
+
+def test_attribution_escalation_smoke():
+    """The resumed thorough campaign counts every stored reading of the default one, so it never
+    reports fewer trials than the default run it continues."""
+    out = run("benchmarks/attribution_escalation.py", "--cells", "one25:5", "--reps", "2", "--jobs", "1")
+    row = next(l for l in out.splitlines() if l.startswith("one25:5"))
+    cols = [c.split() for c in row.split("|")[1:]]
+    assert all(c[0] == "100%" for c in cols), row
+    assert float(cols[1][1]) >= float(cols[0][1]), row
