@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .arms import parse_arm
 from .campaign import (Session, _finish, comparable_workers, flag_campaign, open_campaign, preflight,
-                       single_host_warnings, stored_plan)
+                       resume_option, single_host_warnings, stored_plan)
 from .errors import UsageError
 from .runner import Executor, TrialSpec
 
@@ -136,6 +136,8 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         several = single_host_warnings(session, "bisect", "commits")
         if several:
             out.setdefault("warnings", []).extend(several)
+        if status == "inconclusive" or ex.trials_total >= budget:
+            out["resume_with"] = [resume_option("--max-trials", budget)]
         return out
 
     return _finish(session, cid, go)

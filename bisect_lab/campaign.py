@@ -112,6 +112,13 @@ def _raised_on_resume(c, params: dict, grow: dict[str, int], upgrades: dict[str,
     return raised
 
 
+def resume_option(option: str, value) -> dict:
+    """How a finished campaign goes on (``resume_with`` in the results; the human output turns it
+    into "the same command with --resume CAMPAIGN ..."): an int is a budget to exceed, a string the
+    value to give."""
+    return {"option": option, "more_than": value} if isinstance(value, int) else {"option": option, "value": value}
+
+
 def preflight(session: Session, arms: list[Arm], commit: str | None = None) -> None:
     """Prepare the trees of the named arms before spending benchmark time.
 
@@ -309,7 +316,11 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
         ex.require_measurements()
         flag_campaign(session, cid)
         trials = [t for t in session.store.trials(cid) if t.tag != "warmup"]
-        return run_summary(exp, arms, trials, cid)
+        res = run_summary(exp, arms, trials, cid)
+        res["repeat"] = repeat
+        if any(r.get("verdict") == "unknown" for r in res["comparisons"]):
+            res["resume_with"] = [resume_option("--repeat", repeat)]
+        return res
 
     return _finish(session, cid, go)
 
@@ -395,8 +406,14 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         trials = session.store.trials(cid)
         res = attribution_summary(exp, good, bad, factors, verdict, trials, cid)
         res["warnings"] += single_host_warnings(session, "attribute", "arms")
-        # what a resume can raise to go on (render: "the same command with --resume ...")
         res.update({k: params[k] for k in grow})
+        screening = kind is ScreeningStrategy
+        if res["status"] == "inconclusive" or (not screening and verdict.trials >= budget):
+            res["resume_with"] = [resume_option("--repeats", params["repeats"]) if screening
+                                  else resume_option("--max-trials", budget)]
+        if res["status"] == "culprits" and getattr(strategy, "residual_unsettled", False) \
+                and not getattr(strategy, "thorough", True):
+            res.setdefault("resume_with", []).append(resume_option("--strategy", "thorough"))
         return res
 
     return _finish(session, cid, go)

@@ -21,11 +21,7 @@ def run_result(res: dict, console: Console) -> None:
     for k, m in enumerate(blocks):
         _metric_tables(m, family, console, primary_of=res if k == 0 else None)
     _warnings(res, console)
-    if res.get("campaign") and any(r.get("verdict") == "unknown" for r in res.get("comparisons", [])):
-        # the comparisons are per host: their n is the repeat, whatever the number of hosts
-        n = max((max(r.get("n_a") or 0, r.get("n_b") or 0) for r in res["comparisons"]), default=0)
-        console.print(f"to measure more in this campaign: the same command with --resume {res['campaign']} "
-                      f"--repeat N (N > {n})")
+    _go_on(res, console)
 
 
 def _metric_tables(m: dict, family: bool, console: Console, primary_of: dict | None) -> None:
@@ -156,16 +152,10 @@ def bisect_result(res: dict, console: Console) -> None:
 
 
 def _go_on(res: dict, console: Console) -> None:
-    """An answer the budget limited: the trials already paid for are not lost, the same campaign
-    goes on with a larger budget (attribute and bisect; a screening design with more rounds)."""
-    if res.get("campaign") and res["status"] != "no-regression" and (
-            res["status"] == "inconclusive" or any("budget" in str(w) or "--repeats" in str(w)
-                                                   for w in res.get("warnings", []))):
-        option, was = (("--repeats", res.get("repeats")) if str(res.get("strategy", "")).startswith("screening")
-                       else ("--max-trials", res.get("max_trials") or res["trials"]))
-        console.print(f"to go on with more trials in this campaign: the same command with "
-                      f"--resume {res['campaign']} {option} N (N > {was})")
-    if (res.get("campaign") and res["status"] == "culprits" and str(res.get("strategy")) == "staged-attribution"
-            and any("cannot be ruled out" in str(w) for w in res.get("warnings", []))):
-        console.print(f"to look for a smaller culprit beside the named ones, with the trials already made: "
-                      f"the same command with --resume {res['campaign']} --strategy thorough")
+    """How the campaign goes on (``resume_with``, decided by the campaign): the trials already paid
+    for are not lost, the same campaign continues."""
+    for w in res.get("resume_with") or []:
+        what = f"{w['option']} N (N > {w['more_than']})" if "more_than" in w else f"{w['option']} {w['value']}"
+        why = ("to look for a smaller culprit beside the named ones, with the trials already made"
+               if w["option"] == "--strategy" else "to go on with more trials in this campaign")
+        console.print(f"{why}: the same command with --resume {res['campaign']} {what}")

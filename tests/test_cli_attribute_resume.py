@@ -29,6 +29,7 @@ def test_a_campaign_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
     assert first.returncode == 3, first.stderr[-2000:]                      # inconclusive
     r1 = json.loads(first.stdout)
     assert r1["status"] == "inconclusive" and r1["trials"] == 3, r1
+    assert r1["resume_with"] == [{"option": "--max-trials", "more_than": 3}], r1     # also in --json
     before = _rows(tmp_path, r1["campaign"])
     assert len(before) == 3
 
@@ -46,6 +47,7 @@ def test_a_campaign_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
     r2 = _result(tmp_path, r1["campaign"])
     assert r2["campaign"] == r1["campaign"]
     assert r2["status"] == "culprits" and r2["culprits"] == ["slow"], r2
+    assert "resume_with" not in r2, r2           # a clear answer well inside its budget
     after = _rows(tmp_path, r1["campaign"])
     assert after[:3] == before                       # the three trials kept as they were ...
     assert r2["trials"] == len(after) > 3            # ... and counted once: replayed, not re-run

@@ -30,33 +30,15 @@ def test_attribution_output_names_the_interaction_kind_and_term():
     assert "-15.8% [-18.6% .. -12.9%]" in line
 
 
-def test_attribution_output_says_how_to_go_on_when_the_budget_cut_it_short():
+def test_attribution_output_says_how_to_go_on():
+    """``resume_with`` (decided by the campaign) becomes "the same command with --resume ..."."""
     base = {"good": "none", "bad": "all", "metric": "output_throughput", "trials": 80,
-            "campaign": "20261130-021235-attribute-cba3", "candidates": []}
-    hint = "--resume 20261130-021235-attribute-cba3 --max-trials N (N > 80)"
-    assert hint in _text(dict(base, status="inconclusive", culprits=[], warnings=["budget of 80 trials exhausted"]))
-    # a culprit named, but the residual could not be attributed in the budget: the same advice
-    partial = dict(base, status="culprits", culprits=["mla-gather-cast"],
-                   warnings=["a residual regression could not be attributed within the budget"])
-    assert hint in _text(partial)
-    # an answer the budget did not limit: no advice
-    assert "--resume" not in _text(dict(partial, warnings=[]))
-    assert "--resume" not in _text(dict(base, status="no-regression", culprits=[], warnings=[]))
-
-
-def test_a_screening_design_goes_on_with_more_rounds():
-    res = {"good": "none", "bad": "all", "metric": "output_throughput", "trials": 36, "campaign": "C1",
-           "candidates": [], "status": "inconclusive", "culprits": [], "strategy": "screening", "repeats": 2,
-           "max_trials": 200, "warnings": ["no factor significant: more rounds (--repeats) or the adaptive strategy"]}
-    assert "--resume C1 --repeats N (N > 2)" in _text(res)
-    assert "--resume C1 --max-trials N (N > 200)" in _text(dict(res, strategy="staged-attribution"))
-
-
-def test_an_answer_that_cannot_rule_out_a_further_culprit_suggests_the_thorough_strategy():
-    res = {"good": "none", "bad": "all", "metric": "output_throughput", "trials": 40, "campaign": "C2",
-           "candidates": [], "status": "culprits", "culprits": ["big"], "strategy": "staged-attribution",
-           "max_trials": 200, "warnings": ["the residual check stayed undecided after 12 readings of each arm: "
-                                           "... a further culprit of up to 6% cannot be ruled out"]}
-    assert "--resume C2 --strategy thorough" in _text(res)
-    assert "--strategy thorough" not in _text(dict(res, strategy="staged-attribution (thorough)"))
-    assert "--strategy thorough" not in _text(dict(res, warnings=[]))
+            "campaign": "20261130-021235-attribute-cba3", "candidates": [], "warnings": [],
+            "status": "culprits", "culprits": ["mla-gather-cast"]}
+    out = _text(dict(base, resume_with=[{"option": "--max-trials", "more_than": 80},
+                                        {"option": "--strategy", "value": "thorough"}]))
+    assert ("to go on with more trials in this campaign: the same command with --resume "
+            "20261130-021235-attribute-cba3 --max-trials N (N > 80)") in out
+    assert ("to look for a smaller culprit beside the named ones, with the trials already made: the same "
+            "command with --resume 20261130-021235-attribute-cba3 --strategy thorough") in out
+    assert "--resume" not in _text(base)

@@ -450,6 +450,10 @@ def test_a_residual_check_cut_short_by_the_budget_says_so(budget, words):
     assert v.culprits == ["p2"] and v.trials >= budget - 1      # the check reads in pairs
     assert any(w.startswith(words) and "cannot be ruled out" in w for w in v.warnings), v.warnings
     assert not any("nothing left to explain" in w for w in v.warnings), v.warnings
+    assert s.residual_unsettled        # what `attribute` turns into "--resume ... --strategy thorough"
+    settled = StagedAttribution(names, seed=0, max_trials=200, thorough=True)
+    _run_to_end(settled, _big_and_small(0, big=0.75))
+    assert not settled.residual_unsettled
 
 
 def test_progress_total_covers_the_residual_check():

@@ -320,6 +320,11 @@ class StagedAttribution:
             self.notes.append(self._residual_unsettled)
         return self._finish()
 
+    @property
+    def residual_unsettled(self) -> bool:
+        """Did the residual check end without ruling out a further culprit (budget, or noise)?"""
+        return bool(self._residual_unsettled)
+
     def _finish(self) -> list[frozenset[str]]:
         """Answer, once the culprits of several stages can be told apart (see _decomposition)."""
         more = self._decomposition()
