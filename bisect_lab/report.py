@@ -298,6 +298,7 @@ def _run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
     facts = [("experiment", c.experiment_name or c.experiment or "-"), ("metric", metric),
              ("trials", str(len(trials)))]
     title = ("pytest " if c.kind == "pytest" else "") + f"run {c.id}"
+    answer += _go_on(c)
     return Report(title=f"bisect-lab report: {title}", answer=answer, status=status, facts=facts, sections=sections)
 
 
@@ -446,6 +447,14 @@ def _failures_section(trials: list[TrialResult]) -> Section:
 
 
 # --------------------------------------------------------------------------- attribution
+def _go_on(c: Campaign) -> str:
+    """The campaign's own advice on going on (``resume_with``), as a sentence after the answer."""
+    ways = [f"`--resume {c.id} {w['option']} N` (N > {w['more_than']})" if "more_than" in w
+            else f"`--resume {c.id} {w['option']} {w['value']}`"
+            for w in ((c.result or {}).get("resume_with") or []) if isinstance(w, dict) and w.get("option")]
+    return f" To go on in this campaign with the trials already made: the same command with {' or '.join(ways)}." if ways else ""
+
+
 def _attribution_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
     from . import report_plots as plots
     res = c.result or {}
@@ -530,6 +539,7 @@ def _attribution_report(store: Store, c: Campaign, trials: list[TrialResult]) ->
         w = Section("Warnings")
         w.add(list(res["warnings"]))
         sections.append(w)
+    answer += _go_on(c)
     return Report(f"bisect-lab report: attribution {c.id}", answer, st,
                   [("good", good or "-"), ("bad", bad or "-"), ("trials", str(len(trials)))], sections)
 
@@ -605,6 +615,7 @@ def _bisect_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Repo
     sections.append(s)
     sections.append(_evidence_section(trials, metric, hib, [], by_commit=True))
     sections += _trust_sections(store, trials, metric, hib, _ok_values(trials, metric))
+    answer += _go_on(c)
     return Report(f"bisect-lab report: bisection {c.id}", answer, st,
                   [("good", str(good)[:12]), ("bad", str(bad)[:12]), ("trials", str(len(trials)))], sections)
 

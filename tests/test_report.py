@@ -252,12 +252,14 @@ def test_inconclusive_attribution_says_what_is_likely_and_what_it_would_take(tmp
         "status": "inconclusive", "culprits": [], "good": "none", "bad": "all", "min_effect": 0.02,
         "regression": {"ratio": 0.76, "ci_low": 0.67, "ci_high": 0.86},
         "candidates": [["mla-gather-cast", 0.97], ["oea-topk", 0.2]],
-        "plan": {"cv_good": 0.012, "cv_bad": 0.234, "min_effect": 0.02, "trials_per_arm": 1099}})
+        "plan": {"cv_good": 0.012, "cv_bad": 0.234, "min_effect": 0.02, "trials_per_arm": 1099},
+        "resume_with": [{"option": "--max-trials", "more_than": 6}]})
     rep = build_report(store, cid)
     assert rep.status == "unknown"
     assert rep.answer.startswith("Inconclusive within the budget")
     assert "Most likely involved so far: **mla-gather-cast** (0.97)." in rep.answer and "oea-topk" not in rep.answer
     assert "(CV 23%) needs about 1099 trials per arm to resolve 2%" in rep.answer
+    assert rep.answer.endswith(f"the same command with `--resume {cid} --max-trials N` (N > 6).")
     store.close()
 
 
