@@ -42,7 +42,10 @@ def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
     during = re.findall(r"planning after (\d+) trials \(CV good ([\d.]+)%, bad ([\d.]+)%\): "
                         r"to resolve 2% at this noise: about (\d+) trials per arm", log)
     assert during, log
-    assert all(int(t) >= 4 and 0 < float(g) < 10 and 0 < float(b) < 10 for t, g, b, _ in during)
+    # CV as printed (one decimal): two readings of an arm at CV 1% agree to within 0.05% about one
+    # time in twenty, and then read "0.0%" (CI failed once on `0 < 0.0`); never 10% or more
+    assert all(int(t) >= 4 and 0 <= float(g) < 10 and 0 <= float(b) < 10 for t, g, b, _ in during), during
+    assert any(float(g) > 0 or float(b) > 0 for _, g, b, _ in during), during
 
     # the second campaign of the same experiment starts from what the first one measured
     counts = _ok_counts(tmp_path, "arm", "arm IN ('none', 'all')")
