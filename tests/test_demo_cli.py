@@ -15,9 +15,12 @@ def test_bundled_demo_run_with_no_experiment(tmp_path):
     arms = {a["arm"]: a for a in res["arms"]}
     assert set(arms) == {"all", "none"} and all(a["n"] == 3 for a in arms.values())
     (c,) = res["comparisons"]
+    assert {c["a"], c["b"]} == {"all", "none"} and c["ratio"] > 0, c
     # Planted: mla-gather-cast sends verify down the extend path, about -20..-30% (docs/demo.md).
-    slower = c["ratio"] if c["a"] == "none" else 1 / c["ratio"]
-    assert slower < 0.92, c
+    # On medians: one stalled reading of three on the shared 2-core machine (a comparison interval of
+    # 0.52 .. 2.09, ratio 0.96) once hid it from the geometric mean; the median of three holds it
+    slower = arms["all"]["median"] / arms["none"]["median"]
+    assert slower < 0.92, (arms, c)
 
 
 def _demo_attribution(tmp_path, name: str) -> dict:
