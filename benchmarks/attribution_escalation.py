@@ -15,7 +15,6 @@ import argparse
 import collections
 import os
 import sys
-import zlib
 
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
@@ -27,17 +26,12 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 from bisect_lab import attribute_factors  # noqa: E402
-from simulate_attribution import EXTRA_SCENARIOS, SCENARIOS, make_measure  # noqa: E402
-
-
-def _scenario(key: str, n: int, rep: int):
-    sc = next(s for s in SCENARIOS + EXTRA_SCENARIOS if s.key == key)
-    return make_measure(sc, n, np.random.default_rng([zlib.crc32(key.encode()), n, rep]))
+from simulate_attribution import seeded_measure  # noqa: E402
 
 
 def one(args):
     key, n, rep = args
-    names, measure, truth, _ = _scenario(key, n, rep)
+    names, measure, truth, _ = seeded_measure(key, n, rep)
     log = []
 
     def recorded(active):
@@ -56,7 +50,7 @@ def one(args):
         fresh[0] += 1
         return measure(active)
     resumed = attribute_factors(names, replayed, seed=rep, max_trials=400, thorough=True)
-    names, measure2, truth, _ = _scenario(key, n, rep)
+    names, measure2, truth, _ = seeded_measure(key, n, rep)
     thorough = attribute_factors(names, measure2, seed=rep, max_trials=400, thorough=True)
     right = lambda v: sorted(v.culprits) == sorted(truth)   # noqa: E731
     return (right(default), default.trials, right(resumed), len(log) + fresh[0],

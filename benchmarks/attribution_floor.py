@@ -146,11 +146,9 @@ def _genie_one(task) -> tuple:
     from bisect_lab.strategies.attribution import AttributionStrategy
 
     key, n, rep, stop, set_p = task
-    sc = next(s for s in sa.SCENARIOS if s.key == key)
     out = []
     for method in ("genie", "strategy"):
-        rng = np.random.default_rng([zlib.crc32(key.encode()), n, rep])
-        names, measure, truth, _ = sa.make_measure(sc, n, rng)
+        names, measure, truth, _ = sa.seeded_measure(key, n, rep)
         if method == "strategy":
             v = attribute_factors(names, measure, seed=rep, max_trials=400,
                                   stop_probability=stop, set_probability=set_p)

@@ -161,11 +161,21 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
     return names, measure, sorted(culprits), counter
 
 
+def scenario(key: str) -> Scenario:
+    """A scenario of the main or the extra set, by key."""
+    return next(s for s in SCENARIOS + EXTRA_SCENARIOS if s.key == key)
+
+
+def seeded_measure(key: str, n: int, rep: int):
+    """``make_measure`` of scenario ``key`` among ``n`` factors for repetition ``rep``, seeded the
+    way every benchmark script seeds it, so that their figures compare the same runs."""
+    return make_measure(scenario(key), n, np.random.default_rng([zlib.crc32(key.encode()), n, rep]))
+
+
 def run_one(args):
     key, n, rep, method, quick = args
-    sc = next(s for s in SCENARIOS + EXTRA_SCENARIOS if s.key == key)
-    rng = np.random.default_rng([zlib.crc32(key.encode()), n, rep])
-    names, measure, truth, counter = make_measure(sc, n, rng)
+    sc = scenario(key)
+    names, measure, truth, counter = seeded_measure(key, n, rep)
     t0 = time.perf_counter()
     if method in ("attribution", "thorough"):
         v = attribute_factors(names, measure, higher_is_better=True, seed=rep, max_trials=400,
