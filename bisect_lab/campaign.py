@@ -411,8 +411,8 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         if res["status"] == "inconclusive" or (not screening and verdict.trials >= budget):
             res["resume_with"] = [resume_option("--repeats", params["repeats"]) if screening
                                   else resume_option("--max-trials", budget)]
-        if res["status"] == "culprits" and getattr(strategy, "residual_unsettled", False) \
-                and not getattr(strategy, "thorough", True):
+        if (res["status"] == "culprits" and isinstance(strategy, StagedAttribution)
+                and strategy.residual_unsettled and not strategy.thorough):
             res.setdefault("resume_with", []).append(resume_option("--strategy", "thorough"))
         return res
 
