@@ -22,7 +22,6 @@ exec'ed worker would see, which is the case that matters here.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -32,23 +31,27 @@ from .hosts.base import Host
 
 __all__ = ["EnvSampler", "EnvReport", "EnvVarCheck"]
 
-# Values of these are never written into warnings or reports.
-_SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.I)
 _MAX_LISTED = 5          # processes named per warning; the rest are counted
 _CMD_CHARS = 80
 
 
 def _short(cmd: str) -> str:
-    cmd = " ".join(cmd.split())
+    from .redact import redact_text
+    cmd = redact_text(" ".join(cmd.split()))
     return cmd if len(cmd) <= _CMD_CHARS else cmd[: _CMD_CHARS - 3] + "..."
 
 
 def _show(var: str, value: str | None) -> str:
-    # One rule set for every stored or printed value: the fingerprint's.
-    from .fingerprint import REDACTED, is_secret_name, redact_value
+    # One rule set for every stored or printed value: bisect_lab.redact's.
+    from .redact import REDACTED, is_secret_name, redact_text as redact_value
     if value is None:
         return "<unset>"
     return REDACTED if is_secret_name(var) else redact_value(value)
+
+
+def _redact(cmd: str) -> str:
+    from .redact import redact_text
+    return redact_text(cmd)
 
 
 # --------------------------------------------------------------------------- results
@@ -129,7 +132,7 @@ class EnvReport:
     def to_dict(self) -> dict[str, Any]:
         return {"entries": [e.to_dict() for e in self.entries],
                 "warnings": list(self.warnings),
-                "processes": [[pid, cmd] for pid, cmd in self.processes],
+                "processes": [[pid, _redact(cmd)] for pid, cmd in self.processes],
                 "samples": self.samples,
                 "failed_samples": self.failed_samples}
 
