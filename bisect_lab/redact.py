@@ -78,7 +78,7 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s:@]*):" + _SKIP 
 _VALUE = r"""("[^"\n]*"|'[^'\n]*'|[^\s'",;]+)"""
 # NAME=value (shell, env dumps, logs); "name": "value" and 'name': 'value' (JSON, Python reprs);
 # NAME: value for ENV_STYLE names (YAML, logs).
-_ASSIGN = re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z_][A-Za-z0-9_.]*)=" + _SKIP + _VALUE)
+_ASSIGN = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_.]*)=" + _SKIP + _VALUE)
 _QUOTED_KEY = re.compile(r"""(["'])([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*:\s*)(["'])""" + _SKIP
                          + r"""((?:(?!\4)[^\n])*)\4""")
 _COLON = re.compile(r"(?<![A-Za-z0-9_\-])([A-Z][A-Z0-9_]*):[ \t]+" + _SKIP + r"""([^\s'",;]+)""")
