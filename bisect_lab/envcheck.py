@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from .errors import BisectLabError
 from .hosts.base import Host
+from .redact import REDACTED, is_secret_name, redact_text
 
 __all__ = ["EnvSampler", "EnvReport", "EnvVarCheck"]
 
@@ -36,22 +37,15 @@ _CMD_CHARS = 80
 
 
 def _short(cmd: str) -> str:
-    from .redact import redact_text
     cmd = redact_text(" ".join(cmd.split()))
     return cmd if len(cmd) <= _CMD_CHARS else cmd[: _CMD_CHARS - 3] + "..."
 
 
 def _show(var: str, value: str | None) -> str:
     # One rule set for every stored or printed value: bisect_lab.redact's.
-    from .redact import REDACTED, is_secret_name, redact_text as redact_value
     if value is None:
         return "<unset>"
-    return REDACTED if is_secret_name(var) else redact_value(value)
-
-
-def _redact(cmd: str) -> str:
-    from .redact import redact_text
-    return redact_text(cmd)
+    return REDACTED if is_secret_name(var) else redact_text(value)
 
 
 # --------------------------------------------------------------------------- results
@@ -132,7 +126,7 @@ class EnvReport:
     def to_dict(self) -> dict[str, Any]:
         return {"entries": [e.to_dict() for e in self.entries],
                 "warnings": list(self.warnings),
-                "processes": [[pid, _redact(cmd)] for pid, cmd in self.processes],
+                "processes": [[pid, redact_text(cmd)] for pid, cmd in self.processes],
                 "samples": self.samples,
                 "failed_samples": self.failed_samples}
 
