@@ -383,7 +383,8 @@ class BisectLab:
         try:
             return fn()
         except BisectLabError as e:
-            pytest.fail(f"bisect-lab: {e}", pytrace=False)
+            from .redact import redact_text
+            pytest.fail(redact_text(f"bisect-lab: {e}"), pytrace=False)     # a bad spec may quote a token
 
     def _canonical(self, spec: str) -> str:
         from .arms import parse_arm
