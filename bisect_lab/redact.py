@@ -31,7 +31,8 @@ __all__ = ["REDACTED", "is_secret_name", "redact_text", "redact_env", "redact_tr
 
 REDACTED = "<redacted>"
 _TAG_RE = re.compile(r"<redacted(?::[0-9a-f]{8})?>")
-_SKIP = r"(?!<redacted)"          # a value that is already a redaction stays as it is (idempotent)
+# A value that is already a redaction stays as it is (idempotent); so does a tag as a pytest id shows it.
+_SKIP = r"(?!<redacted|redacted-[0-9a-f]{8}\b)"
 
 # --------------------------------------------------------------------------- secret names
 # Matched against the words of a name (split at _ - . and camelCase), not as substrings, so that
