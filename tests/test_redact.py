@@ -105,6 +105,15 @@ def test_arm_specs_carry_a_keyed_tag_and_the_arm_keeps_the_value(key):
     assert "sk-" not in parse_arm("none OPTS=--key=sk-" + "z" * 20, None).spec
 
 
+def test_attribution_arms_built_from_factors_carry_the_same_tag():
+    from bisect_lab.arms import arm_for_active, factors_between
+    good, bad = parse_arm("none", None), parse_arm("none HF_TOKEN=hf_factor1 X=2", None)
+    assert factors_between(good, bad) == ["env:HF_TOKEN", "env:X"]
+    mid = arm_for_active(good, bad, frozenset({"env:HF_TOKEN"}), None)
+    assert mid.spec == bad.spec.replace(" X=2", "") and mid.env_dict == {"HF_TOKEN": "hf_factor1"}
+    assert arm_for_active(good, bad, frozenset({"env:HF_TOKEN", "env:X"}), None) == bad
+
+
 def test_another_results_folder_gives_another_tag_and_an_unknown_tag_is_refused():
     spec = parse_arm("none HF_TOKEN=hunter2", None).spec
     redact.use_key(b"other" * 8)
