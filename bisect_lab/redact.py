@@ -99,6 +99,15 @@ def remember(value: str | None) -> None:
             _known.add(value)
 
 
+# A piece of a tag that a table folded over two lines ("HF_TOKEN=<redac" + "ted:3f2a1b9c>"): the
+# CLI's stdout is redacted line by line after rich laid it out, and a tag is no secret.
+_TAG_PIECE = re.compile(r"<(?:r(?:e(?:d(?:a(?:c(?:t(?:e(?:d(?::[0-9a-f]{0,8}>?|>)?)?)?)?)?)?)?)?)?\u2026?")
+
+
+def _hide(value: str) -> bool:
+    return not _TAG_PIECE.fullmatch(value)
+
+
 def redact_text(text: str) -> str:
     """Hide secrets inside free text: a value, a command line, a URL, a benchmark's output."""
     if not isinstance(text, str) or not text:
@@ -114,12 +123,15 @@ def redact_text(text: str) -> str:
     for pat in _SECRET_VALUES:
         out = pat.sub(REDACTED, out)
     out = _BEARER.sub(lambda m: f"{m.group(1) or m.group(2)} {REDACTED}", out)
-    out = _ASSIGN.sub(lambda m: f"{m.group(1)}={REDACTED}" if is_secret_name(m.group(1)) else m.group(0), out)
+    out = _ASSIGN.sub(lambda m: f"{m.group(1)}={REDACTED}" if is_secret_name(m.group(1)) and _hide(m.group(2))
+                      else m.group(0), out)
     out = _QUOTED_KEY.sub(lambda m: (f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}"
-                                     f"{m.group(4)}") if is_secret_name(m.group(2)) else m.group(0), out)
-    out = _COLON.sub(lambda m: f"{m.group(1)}: {REDACTED}" if is_secret_name(m.group(1)) else m.group(0), out)
-    out = _FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_name(m.group(1)) else m.group(0),
-                    out)
+                                     f"{m.group(4)}") if is_secret_name(m.group(2)) and _hide(m.group(5))
+                          else m.group(0), out)
+    out = _COLON.sub(lambda m: f"{m.group(1)}: {REDACTED}" if is_secret_name(m.group(1)) and _hide(m.group(2))
+                     else m.group(0), out)
+    out = _FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_name(m.group(1)) and _hide(m.group(3))
+                    else m.group(0), out)
     return out
 
 

@@ -74,6 +74,7 @@ def test_secrets_in_text_are_hidden(text, secret):
     "http://proxy.local:3128/simple",
     "all HF_TOKEN=<redacted:3f2a1b9c>",              # a tag is kept: it is the arm's identity
     "tests/test_perf.py::test_arm[all-HF_TOKEN=redacted-3f2a1b9c]",    # so is a tag in a test id
+    "│ HF_TOKEN=<red │ HF_TOKEN=<redacted:3f │ HF_TOKEN=<redacted:49… │",   # and a tag a table folded
 ])
 def test_text_without_secrets_is_left_alone(text):
     assert redact_text(text) == text
