@@ -5,6 +5,11 @@ Grammar: a patch selection, then env assignments, separated by spaces::
     all | none | all-minus A[,B] | only A[,B] | none-plus A[,B]   [VAR=value | VAR= ...]
 
 ``VAR=`` unsets VAR in the trial. Values with spaces are shell-quoted (``X='a b'``).
+
+A secret value (a secret-looking name such as ``HF_TOKEN``, or a value that looks like a token)
+appears in the canonical text as a keyed hash, ``HF_TOKEN=<redacted:3f2a1b9c>`` (see
+:mod:`bisect_lab.redact`): the spec is the arm's identity in the database and in every output, and
+the value itself lives only in ``Arm.env``, which is what the benchmark gets.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import shlex
 from .errors import UsageError
 from .model import Arm, PatchSet
 from .patchset import closure, resolve_name
+from .redact import is_tag, needs_tag, tag, untag
 
 _VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SELECTORS = ("all", "none", "all-minus", "only", "none-plus")
@@ -36,6 +42,13 @@ def parse_env(tokens: list[str]) -> tuple[tuple[str, str | None], ...]:
             raise UsageError(f"bad env assignment {tok!r}: expected VAR=value or VAR= (to unset)")
         if var in env:
             raise UsageError(f"env var {var} is given twice in one arm")
+        if is_tag(value):
+            # A spec copied from the results: the tag stands for a value this process may know.
+            real = untag(value)
+            if real is None:
+                raise UsageError(f"{var}={value} is a redacted value: give the real one (bisect-lab stores "
+                                 f"secrets only as a keyed hash)")
+            value = real
         env[var] = value if value != "" else None
     return tuple(sorted(env.items()))
 
@@ -98,7 +111,9 @@ def canonical(patches: frozenset[str], env, ps: PatchSet | None) -> str:
             sel = "only " + ",".join(chosen)
     parts = [sel]
     for var, value in sorted(env):
-        parts.append(f"{var}=" + (shlex.quote(value) if value else ""))
+        # A secret's tag is the identity: two tokens stay two arms, and no sink ever sees the value.
+        shown = tag(var, value) if needs_tag(var, value) else shlex.quote(value) if value else ""
+        parts.append(f"{var}={shown}")
     return " ".join(parts)
 
 

@@ -32,6 +32,10 @@ class Session:
     on_replay: Callable[[TrialResult], None] | None = None   # a stored trial taken instead of a run (resume)
 
     def __post_init__(self):
+        from .redact import use_key
+        # Arms parsed from now on tag their secrets with this results folder's key: the same
+        # token gives the same stored spec in every run against these results (resume).
+        use_key(self.store.redaction_key)
         self.workers = [HostWorker(h, self.experiment, log=self.log) for h in self.hosts]
 
     def close(self):
@@ -103,12 +107,15 @@ def _raised_on_resume(c, params: dict, grow: dict[str, int], upgrades: dict[str,
                        for k in grow if isinstance(c.params.get(k), int))
         more += "".join(f" or with --{k} {new}" for k, (old, new, _) in upgrades.items() if c.params.get(k) == old)
         raise UsageError(f"campaign {c.id} is already finished; see `bisect-lab report {c.id}`{more}")
-    mismatched = {k for k in set(params) | set(c.params) if k not in raised and params.get(k) != c.params.get(k)}
+    from .redact import redact_tree
+    # The stored parameters went through the redaction policy: compare like with like.
+    mismatched = {k for k in set(params) | set(c.params)
+                  if k not in raised and redact_tree(params.get(k)) != c.params.get(k)}
     if mismatched:
         k = sorted(mismatched)[0]
         why = " (a budget can be raised on resume, not lowered)" if k in grow else ""
         raise UsageError(f"cannot resume {c.id} with different parameters: {k} was {c.params.get(k)!r}, "
-                         f"now {params.get(k)!r}{why}")
+                         f"now {redact_tree(params.get(k))!r}{why}")
     return raised
 
 

@@ -33,6 +33,51 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+class _Redacting:
+    """stdout / stderr through the one redaction policy (bisect_lab.redact): whatever a message,
+    a progress line or an error carries, no secret reaches the terminal or a CI log. Whole lines
+    are redacted (a secret split over two writes is still found); a flush writes what is pending."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        from .redact import redact_text
+        self._pending += text
+        if "\n" in self._pending:
+            done, _, self._pending = self._pending.rpartition("\n")
+            self._stream.write(redact_text(done + "\n"))
+        return len(text)
+
+    def flush(self) -> None:
+        from .redact import redact_text
+        if self._pending:
+            self._stream.write(redact_text(self._pending))
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name):          # isatty, fileno, encoding, ...: the real stream's
+        return getattr(self._stream, name)
+
+
+def _remember_secrets(argv: list[str]) -> None:
+    """Secret values given on the command line (``--patches 'all HF_TOKEN=hf_...'``): hidden at
+    every sink from the start, even in the error line of a spec that does not parse."""
+    import re
+    import shlex
+    from .redact import needs_tag, remember
+    for arg in argv:
+        try:
+            words = shlex.split(arg)
+        except ValueError:
+            words = arg.split()
+        for w in words:
+            m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$", w)
+            if m and needs_tag(m.group(1), m.group(2)):
+                remember(m.group(2))
+
+
 # --------------------------------------------------------------------------- helpers
 def bundled_demo() -> Path:
     """The demo experiment: packaged copy first, then the source checkout's."""
@@ -118,6 +163,10 @@ class _Progress:
             self.bar.update(self.task, advance=1)
 
     def trial(self, r):
+        # Redacted before rich lays the line out: a secret folded over two lines is not found later.
+        from dataclasses import replace
+        from .redact import redact_text
+        r = replace(r, arm=redact_text(r.arm), error=redact_text(r.error))
         self.done += 1
         v = r.metrics.get(self.metric)
         what = f"{v:.2f} {self.metric}" if r.ok and v is not None else f"{r.status.value}: {r.error[:120]}"
@@ -135,6 +184,8 @@ class _Progress:
     def log(self, msg: str):
         if not self.quiet:
             from rich.markup import escape
+            from .redact import redact_text
+            msg = redact_text(msg)
             (self.bar.console if self.bar else self.err).print(f"[dim]{escape(msg)}[/]", highlight=False)
 
     def stop(self):
@@ -158,13 +209,15 @@ def _emit(args, result: dict, render) -> None:
         print(_json(result))
     else:
         from rich.console import Console
-        render(result, Console())
+        from .redact import redact_tree
+        render(redact_tree(result), Console())
 
 
 def _json(obj) -> str:
-    """Strict JSON (NaN and infinities become null): any JSON parser must read --json output."""
+    """Strict JSON (NaN and infinities become null): any JSON parser must read --json output.
+    Redacted as the data, before the text: the output stays valid JSON."""
     from .store import dumps
-    return dumps(obj)
+    return dumps(obj, redact=True)
 
 
 def _resume_hint(session) -> str:
@@ -357,7 +410,8 @@ def cmd_diff(args) -> int:
     else:
         from .render_diff import render_diff
         from rich.console import Console
-        render_diff(res, Console())
+        from .redact import redact_tree
+        render_diff(redact_tree(res), Console())
     return EXIT_OK
 
 
@@ -518,6 +572,21 @@ def main(argv: list[str] | None = None) -> int:
             pass
     debug = "--debug" in argv or bool(os.environ.get("BISECT_LAB_DEBUG"))
     argv = [a for a in argv if a != "--debug"]      # accepted anywhere on the line
+    _remember_secrets(argv)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
+    try:
+        return _main(argv, debug)
+    finally:
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except (OSError, ValueError):
+                pass
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str], debug: bool) -> int:
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "func", None):

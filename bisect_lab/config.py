@@ -15,6 +15,7 @@ from typing import Any
 from .errors import ConfigError
 from .model import ATTRIBUTION_STRATEGIES, Benchmark, Design, Experiment, GpuPolicy, HostConfig, Target
 from .patchset import load_patchset
+from .redact import is_secret_name, needs_tag, remember
 
 _URL_RE = re.compile(r"^([a-z][a-z0-9+.-]*://|[^/\s]+@[^/\s]+:)", re.I)
 
@@ -167,7 +168,10 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
             raise ConfigError(path, f"env.{k}", "not a valid environment variable name")
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise ConfigError(path, f"env.{k}", f"expected a string value, got {v!r}")
+            got = type(v).__name__ if is_secret_name(k) else repr(v)
+            raise ConfigError(path, f"env.{k}", f"expected a string value, got {got}")
+        if needs_tag(k, str(v)):
+            remember(str(v))      # the benchmark gets it; no sink shows it
         env.append((k, str(v)))
 
     h = _Section(path, "host", raw.get("host"), {"ssh", "port", "key", "connect_timeout_s", "workdir",

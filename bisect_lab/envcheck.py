@@ -22,33 +22,30 @@ exec'ed worker would see, which is the case that matters here.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import BisectLabError
 from .hosts.base import Host
+from .redact import REDACTED, is_secret_name, redact_text
 
 __all__ = ["EnvSampler", "EnvReport", "EnvVarCheck"]
 
-# Values of these are never written into warnings or reports.
-_SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.I)
 _MAX_LISTED = 5          # processes named per warning; the rest are counted
 _CMD_CHARS = 80
 
 
 def _short(cmd: str) -> str:
-    cmd = " ".join(cmd.split())
+    cmd = redact_text(" ".join(cmd.split()))
     return cmd if len(cmd) <= _CMD_CHARS else cmd[: _CMD_CHARS - 3] + "..."
 
 
 def _show(var: str, value: str | None) -> str:
-    # One rule set for every stored or printed value: the fingerprint's.
-    from .fingerprint import REDACTED, is_secret_name, redact_value
+    # One rule set for every stored or printed value: bisect_lab.redact's.
     if value is None:
         return "<unset>"
-    return REDACTED if is_secret_name(var) else redact_value(value)
+    return REDACTED if is_secret_name(var) else redact_text(value)
 
 
 # --------------------------------------------------------------------------- results
@@ -129,7 +126,7 @@ class EnvReport:
     def to_dict(self) -> dict[str, Any]:
         return {"entries": [e.to_dict() for e in self.entries],
                 "warnings": list(self.warnings),
-                "processes": [[pid, cmd] for pid, cmd in self.processes],
+                "processes": [[pid, redact_text(cmd)] for pid, cmd in self.processes],
                 "samples": self.samples,
                 "failed_samples": self.failed_samples}
 

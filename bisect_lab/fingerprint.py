@@ -17,7 +17,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,70 +25,14 @@ from typing import Any, Iterable, Mapping
 from .gpu.flags import TrialFlags, flag_trials
 from .gpu.snapshot import GpuInfo, GpuInspector, GpuProcess, GpuSnapshot
 from .hosts.base import Host
+from .redact import REDACTED, is_secret_name, redact_env, redact_text, redact_tree  # noqa: F401
 
 SCHEMA = 1
-REDACTED = "<redacted>"
 
 # --------------------------------------------------------------------------- redaction
-_SECRET_NAME = re.compile(r"TOKEN(?!IZ)|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.I)
-# Names that match the pattern but are tuning knobs, not secrets: hiding them would hide a cause.
-_NOT_SECRET = frozenset({"NCCL_IB_PKEY", "NCCL_IB_PKEY_INDEX"})
-_SECRET_VALUES = [
-    re.compile(r"\bhf_[A-Za-z0-9]{20,}"),                                  # Hugging Face
-    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),  # GitHub
-    re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"),                            # GitLab
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),                               # OpenAI / Anthropic style
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),                          # AWS access key id
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),                        # Slack
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),                               # Google API key
-    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
-]
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s:@]*):([^@\s/]+)@")
-_SECRET_FLAG = re.compile(
-    r"(?i)(--?[a-z0-9_\-]*(?:token(?!iz)|key|secret|password|passwd|credential|auth|cookie)[a-z0-9_\-]*)(=|\s+)(\S+)")
-
-
-def is_secret_name(name: str) -> bool:
-    """True for variable names that hold secrets (TOKEN, KEY, SECRET, PASSWORD, ...)."""
-    return name.upper() not in _NOT_SECRET and bool(_SECRET_NAME.search(name))
-
-
-def redact_value(text: str) -> str:
-    """Hide tokens that look like secrets inside a value, command line or URL."""
-    if not isinstance(text, str) or not text:
-        return text
-    out = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", text)
-    for pat in _SECRET_VALUES:
-        out = pat.sub(REDACTED, out)
-    out = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", out)
-    out = _SECRET_FLAG.sub(lambda m: m.group(3) == REDACTED and m.group(0)
-                           or f"{m.group(1)}{m.group(2)}{REDACTED}", out)
-    return out
-
-
-def redact_env(env: Mapping[str, str | None]) -> dict[str, str | None]:
-    """Env vars with secret-named values replaced and secret-looking substrings hidden."""
-    out: dict[str, str | None] = {}
-    for k, v in env.items():
-        if v is None:
-            out[k] = None
-        elif is_secret_name(k):
-            out[k] = REDACTED
-        else:
-            out[k] = redact_value(str(v))
-    return out
-
-
-def _redact_tree(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return redact_value(obj)
-    if isinstance(obj, Mapping):
-        return {str(k): (REDACTED if isinstance(v, str) and is_secret_name(str(k)) else _redact_tree(v))
-                for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_redact_tree(v) for v in obj]
-    return obj
+# The policy lives in redact.py (one for every sink); these names stay for existing callers.
+redact_value = redact_text
+_redact_tree = redact_tree
 
 
 # --------------------------------------------------------------------------- canonical form

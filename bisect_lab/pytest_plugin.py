@@ -66,6 +66,14 @@ def pytest_configure(config):
         "assertions (fail/skip/xfail), the allowed slowdown of assert_not_slower() and the most trials per "
         "arm an undecided assertion may spend")
     config._bisect_lab_campaigns = []
+    from .redact import use_key
+
+    def results_key():
+        from .store import load_or_create_key
+        return load_or_create_key(_State(config).results)
+    # Before collection: a matrix arm with a secret (its test id shows the tag) gets the same tag in
+    # every xdist worker and in every run against these results. Read only once a secret arm exists.
+    use_key(results_key)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -119,6 +127,8 @@ class _State:
         if self._store is None:
             from .store import Store
             self._store = Store(self.results)
+            from .redact import use_key
+            use_key(self._store.redaction_key)
         return self._store
 
     def session(self, experiment_path: Path):
@@ -373,7 +383,8 @@ class BisectLab:
         try:
             return fn()
         except BisectLabError as e:
-            pytest.fail(f"bisect-lab: {e}", pytrace=False)
+            from .redact import redact_text
+            pytest.fail(redact_text(f"bisect-lab: {e}"), pytrace=False)     # a bad spec may quote a token
 
     def _canonical(self, spec: str) -> str:
         from .arms import parse_arm

@@ -31,7 +31,8 @@ def _metric_tables(m: dict, family: bool, console: Console, primary_of: dict | N
              else f"{direction} — secondary metric")
     t = Table(title=title)
     for col in ("arm", "n", "median", "mean", "CV", "95% CI", "failed"):
-        t.add_column(col, justify="left" if col == "arm" else "right")
+        # fold, not ellipsis: two arms that differ by a secret's tag (<redacted:3f2a1b9c>) stay apart
+        t.add_column(col, justify="left" if col == "arm" else "right", overflow="fold" if col == "arm" else "ellipsis")
     for a in m["arms"]:
         ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
         t.add_row(escape(a["arm"]), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
@@ -44,7 +45,7 @@ def _metric_tables(m: dict, family: bool, console: Console, primary_of: dict | N
               + " (b relative to a)"
               + (", p-values Holm-adjusted over the run's comparisons" if family else ""))
     for col in ("a", "b", "host", "ratio", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
-        c.add_column(col)
+        c.add_column(col, overflow="fold" if col in ("a", "b") else "ellipsis")
     for r in m["comparisons"]:
         ci = "-" if r.get("ci_low") is None else f"{_pct(r['ci_low'])} .. {_pct(r['ci_high'])}"
         verdict = r["verdict"]

@@ -16,7 +16,7 @@ def render_diff(res: dict, console: Console) -> None:
             console.print(f"  {side['ref']}: {arm}: {line}")
     t = Table(title="What differed")
     for col in ("what", "A", "B"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")      # a secret arm differs by its whole tag
     for c in res["config"]:
         t.add_row(escape(c["what"]), escape(str(c["a"])), escape(str(c["b"])))
     for c in res["fingerprint"]:

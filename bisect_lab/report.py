@@ -135,7 +135,33 @@ def _hib(c: Campaign) -> bool:
 
 # --------------------------------------------------------------------------- building
 def build_report(store: Store, what: str) -> Report:
-    """The report of a campaign (id, unique prefix, or ``latest``) or of a sweep (its name)."""
+    """The report of a campaign (id, unique prefix, or ``latest``) or of a sweep (its name);
+    every text in it has passed the redaction policy (a database written before it had one may
+    hold secrets in errors or output tails)."""
+    return _redacted(_build_report(store, what))
+
+
+def _redacted(rep: Report) -> Report:
+    from .redact import redact_text
+
+    def block(b):
+        if isinstance(b, str):
+            return redact_text(b)
+        if isinstance(b, Table):
+            return Table([redact_text(h) for h in b.headers],
+                         [[redact_text(c) if isinstance(c, str) else c for c in row] for row in b.rows],
+                         redact_text(b.note))
+        if isinstance(b, Figure):
+            return Figure(b.png, redact_text(b.caption), b.name)
+        if isinstance(b, list):
+            return [block(x) for x in b]
+        return b
+    return Report(title=redact_text(rep.title), answer=redact_text(rep.answer), status=rep.status,
+                  facts=[(redact_text(k), redact_text(v) if isinstance(v, str) else v) for k, v in rep.facts],
+                  sections=[Section(redact_text(sec.title), [block(b) for b in sec.blocks]) for sec in rep.sections])
+
+
+def _build_report(store: Store, what: str) -> Report:
     from .sweep import sweep_names
     if what in sweep_names(store):
         return _sweep_report(store, what)

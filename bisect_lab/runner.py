@@ -138,7 +138,7 @@ class HostWorker:
                                  inspector=self._inspector())
                 gpu_before = getattr(idle, "snapshot", None)
                 if idle.killed:
-                    extra["killed_before"] = [{"pid": k.pid, "cmdline": k.cmdline} for k in idle.killed]
+                    extra["killed_before"] = _killed(idle.killed)
                 if not idle.ok:
                     return fail(TrialStatus.GPU_NOT_IDLE, idle.reason, extra)
 

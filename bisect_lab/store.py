@@ -19,9 +19,13 @@ from typing import Any, Iterable
 
 from .errors import BisectLabError, ConfigError
 from .model import TrialResult, TrialStatus
+from .redact import redact_text, redact_tree
 
 SCHEMA_VERSION = 1
 DB_NAME = "bisect-lab.sqlite"
+# The key of the arms' secret tags (bisect_lab.redact): beside the database, never in it, so that
+# a shared database or report gives nothing to test a guessed password against.
+KEY_NAME = "redaction.key"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -74,8 +78,9 @@ def _json_default(o):
     return str(o)
 
 
-def dumps(obj) -> str:
-    """JSON that survives NaN/inf (stored as null) and dataclasses with to_dict()."""
+def dumps(obj, *, redact: bool = False) -> str:
+    """JSON that survives NaN/inf (stored as null) and dataclasses with to_dict(); ``redact``:
+    secrets hidden (:func:`bisect_lab.redact.redact_tree`), as for everything stored."""
     def clean(x):
         if isinstance(x, float) and not math.isfinite(x):
             return None
@@ -84,7 +89,13 @@ def dumps(obj) -> str:
         if isinstance(x, (list, tuple)):
             return [clean(v) for v in x]
         return x
-    return json.dumps(clean(json.loads(json.dumps(obj, default=_json_default))), sort_keys=True)
+    data = clean(json.loads(json.dumps(obj, default=_json_default)))
+    return json.dumps(redact_tree(data) if redact else data, sort_keys=True)
+
+
+def _stored(obj) -> str:
+    # Every JSON column passes the one redaction policy: whatever a caller forgot, the file never holds.
+    return dumps(obj, redact=True)
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,37 @@ class Campaign:
 
 def new_campaign_id(kind: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{kind}-{secrets.token_hex(2)}"
+
+
+def load_or_create_key(results_dir: str | os.PathLike) -> bytes:
+    """The key in ``results_dir/redaction.key``; a new random one if there is none. Two processes
+    creating it at once agree: the file appears whole (link of a finished temp file) or not at all."""
+    path = Path(results_dir) / KEY_NAME
+    for _ in range(2):
+        try:
+            text = path.read_text().strip()
+            if text:
+                return bytes.fromhex(text)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            raise StoreError(f"{path}: unreadable redaction key ({e}); remove it to make a new one "
+                             f"(stored secret arms then no longer match on resume)") from None
+        try:
+            Path(results_dir).mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{KEY_NAME}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass              # another process won: its key is the key
+            finally:
+                tmp.unlink()
+        except OSError as e:
+            raise StoreError(f"cannot create the redaction key {path}: {e.strerror or e}") from None
+    raise StoreError(f"{path}: empty redaction key; remove it to make a new one")
 
 
 class Store:
@@ -127,6 +169,10 @@ class Store:
             self._migrate()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: not a bisect-lab results database ({e})") from None
+
+    def redaction_key(self) -> bytes:
+        """This results folder's key of secret tags, created (mode 0600) on first need."""
+        return load_or_create_key(self.dir)
 
     # ------------------------------------------------------------------ schema
     def _migrate(self):
@@ -157,13 +203,13 @@ class Store:
             self._db.execute(
                 "INSERT INTO campaigns (id, kind, experiment, experiment_name, created, status, params)"
                 " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (cid, kind, experiment, experiment_name, time.time(), dumps(params)))
+                (cid, kind, experiment, experiment_name, time.time(), _stored(params)))
         return cid
 
     def finish_campaign(self, cid: str, status: str, result: dict | None):
         with self._lock:
             self._db.execute("UPDATE campaigns SET status=?, finished=?, result=? WHERE id=?",
-                             (status, time.time(), dumps(result) if result is not None else None, cid))
+                             (status, time.time(), _stored(result) if result is not None else None, cid))
 
     def set_campaign_status(self, cid: str, status: str):
         with self._lock:
@@ -172,7 +218,7 @@ class Store:
     def set_campaign_params(self, cid: str, params: dict):
         """Replace a campaign's parameters (a resume that raised its budget)."""
         with self._lock:
-            self._db.execute("UPDATE campaigns SET params=? WHERE id=?", (dumps(params), cid))
+            self._db.execute("UPDATE campaigns SET params=? WHERE id=?", (_stored(params), cid))
 
     def campaign(self, cid: str) -> Campaign:
         with self._lock:
@@ -219,12 +265,14 @@ class Store:
             try:
                 if t.fingerprint and fingerprint_data is not None:
                     self._db.execute("INSERT OR IGNORE INTO fingerprints VALUES (?, ?)",
-                                     (t.fingerprint, dumps(fingerprint_data)))
+                                     (t.fingerprint, _stored(fingerprint_data)))
                 self._db.execute(
                     "INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    # t.arm is left as it is: a canonical spec carries tags, not secrets, and is
+                    # what a resume matches on.
                     (t.campaign, t.trial, t.arm, t.status.value, t.host, t.started, t.duration_s,
-                     dumps(dict(t.metrics)), t.error, t.commit, t.tree_hash, t.fingerprint,
-                     dumps(dict(t.env_report)), dumps(list(t.flags)), t.tag, dumps(extra or {})))
+                     dumps(dict(t.metrics)), redact_text(t.error), t.commit, t.tree_hash, t.fingerprint,
+                     _stored(dict(t.env_report)), dumps(list(t.flags)), redact_text(t.tag), _stored(extra or {})))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")

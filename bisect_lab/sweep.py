@@ -359,7 +359,8 @@ def run_sweep(path, *, results, cache=None, bisect_on_regression: bool = False, 
     try:
         ref = cfg.ref or exp.target.ref or "HEAD"
         trees = session.workers[0].trees
-        log(f"sweep {cfg.name}: fetching {exp.target.repo}")
+        from .redact import redact_text
+        log(f"sweep {cfg.name}: fetching {redact_text(exp.target.repo)}")      # a logger is a sink too
         trees.fetch()
         commit = trees.resolve(ref)
         info = trees.commit_info(commit)

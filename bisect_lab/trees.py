@@ -42,6 +42,7 @@ from .errors import BisectLabError, HostError, PatchError, UsageError
 from .hosts.base import CommandResult, Host, HostCommandError
 from .model import Patch, PatchSet, Target
 from .patchset import closure, dependency_order
+from .redact import redact_text
 
 __all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "PreparedTree",
            "RepoEntry", "TreeEntry", "TreeManager", "cache_info", "check_patchset", "prune_cache",
@@ -230,8 +231,9 @@ class CheckReport:
 
 # --------------------------------------------------------------------------- helpers
 def repo_id(repo: str) -> str:
-    """Cache folder name of a target repository (path or URL)."""
-    return hashlib.sha256(repo.encode()).hexdigest()[:16]
+    """Cache folder name of a target repository (path or URL). A URL's password is left out: an
+    unsalted hash of it would let a guessed password be tested against the folder's name."""
+    return hashlib.sha256(redact_text(repo).encode()).hexdigest()[:16]
 
 
 def tree_key(commit: str, patch_hashes: Sequence[str]) -> str:
@@ -324,7 +326,7 @@ class TreeManager:
         if self._ready:
             return
         if not self.host.exists(posixpath.join(self.git_dir, "HEAD")):
-            self.log(f"creating clone cache for {self.target.repo} in {self.git_dir}")
+            self.log(f"creating clone cache for {redact_text(self.target.repo)} in {self.git_dir}")
             tmp = f"{self.git_dir}.tmp-{uuid.uuid4().hex[:8]}"
             self._run(_git("init", "-q", "--bare", tmp), what="git init")
             # A rename makes the cache appear atomically: a crash never leaves a half-created one.
@@ -332,7 +334,7 @@ class TreeManager:
             if not res.ok:
                 self._run(["rm", "-rf", tmp], what="rm", check=False)
             self.host.write_bytes(posixpath.join(self.root, "meta.json"),
-                                  json.dumps({"repo": self.target.repo}).encode())
+                                  json.dumps({"repo": redact_text(self.target.repo)}).encode())
             self._ready = True
             self.fetch()
         self._ready = True
@@ -370,16 +372,17 @@ class TreeManager:
             self._ship_bundle(repo, ref)
 
     def _fetch_from(self, source: str, ref: str | None, *, what: str | None = None) -> None:
-        self.log(f"fetching {source}")
+        self.log(f"fetching {redact_text(source)}")
+        what = what or f"git fetch {redact_text(source)}"      # error messages name the source too
         specs = [*_REFSPECS, f"+HEAD:{_HEAD_REF}"]
         res = self._g("fetch", "-q", "--update-head-ok", "--no-write-fetch-head", source, *specs,
-                      what=what or f"git fetch {source}", timeout_s=self.fetch_timeout_s, check=False)
+                      what=what, timeout_s=self.fetch_timeout_s, check=False)
         if not res.ok and "HEAD" in res.stderr:
             # A source without a valid HEAD (empty or unborn branch): fetch branches and tags only.
             res = self._g("fetch", "-q", "--update-head-ok", "--no-write-fetch-head", source, *_REFSPECS,
-                          what=what or f"git fetch {source}", timeout_s=self.fetch_timeout_s, check=False)
+                          what=what, timeout_s=self.fetch_timeout_s, check=False)
         if not res.ok:
-            raise HostCommandError(what or f"git fetch {source}", res)
+            raise HostCommandError(what, res)
         if ref and _SHA_RE.match(ref):
             # A commit not reachable from any branch (servers allowing it): best effort.
             self._g("fetch", "-q", "--no-write-fetch-head", source, ref, what="git fetch sha",
@@ -706,7 +709,7 @@ class TreeManager:
         # The marker is written by the script itself, last and under the tree's lock, so a
         # concurrent preparation of the same arm waits and then reuses it.
         template = {"key": key, "commit": commit, "tree_hash": "@TREE@", "head": "@HEAD@",
-                    "patches": list(hashes), "patch_hashes": hashes, "repo": self.target.repo,
+                    "patches": list(hashes), "patch_hashes": hashes, "repo": redact_text(self.target.repo),
                     "created": time.time()}
         tree_hash, head, flags = self._apply(commit, patches, create=path, message=msg,
                                              marker=json.dumps(template, indent=1, sort_keys=True))
