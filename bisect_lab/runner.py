@@ -7,7 +7,6 @@ kind and never count as measurements.
 """
 from __future__ import annotations
 
-import shlex
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from .errors import BisectLabError, HostError, PatchError
 from .fingerprint import redact_value
 from .hosts.base import Host
 from .model import Arm, Experiment, TrialResult, TrialStatus
+from .placeholders import shell_substitute
 
 Log = Callable[[str], None]
 
@@ -142,9 +142,7 @@ class HostWorker:
                 if not idle.ok:
                     return fail(TrialStatus.GPU_NOT_IDLE, idle.reason, extra)
 
-            command = (self.exp.benchmark.command
-                       .replace("{tree}", shlex.quote(tree.path))
-                       .replace("{out}", shlex.quote(out_dir)))
+            command = shell_substitute(self.exp.benchmark.command, {"tree": tree.path, "out": out_dir})
             from .envcheck import EnvSampler
             sampler = EnvSampler(self.host, self.expected_env(arm))
             bench_t0 = time.monotonic()
