@@ -14,7 +14,7 @@ from typing import Callable
 
 from .errors import BisectLabError, HostError, PatchError
 from .fingerprint import redact_value
-from .hosts.base import Host
+from .hosts.base import EXTERNAL_SIGNALS, Host, describe_signal, exit_signal
 from .model import Arm, Experiment, TrialResult, TrialStatus
 from .placeholders import shell_substitute
 
@@ -197,18 +197,27 @@ class HostWorker:
                 extra["nccl"] = nccl
                 er["nccl"] = nccl
                 er["warnings"] = list(er.get("warnings", [])) + nccl_warnings(nccl, self.expected_env(arm))
-            if timed_out:
-                return fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s: "
-                            f"{_one_line(stderr) or _one_line(stdout)}", extra, er)
+            said = _one_line(stderr) or _one_line(stdout)
+            sig = exit_signal(rc) if not timed_out else None
+            if timed_out or (sig is not None and bench_s >= self.exp.benchmark.timeout_s):
+                # The second case: the backstop (hosts.backstop) ended it past the deadline.
+                return fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s"
+                            + (f": {said}" if said else ""), extra, er)
             if rc != 0:
-                msg = f"benchmark exited with {rc}: " + (_one_line(stderr) or _one_line(stdout) or "(no output)")
-                return fail(TrialStatus.CRASHED, msg, extra, er)
+                if sig is None:
+                    msg = f"benchmark exited with {rc}: {said or '(no output)'}"
+                    return fail(TrialStatus.CRASHED, msg, extra, er)
+                # Not our kill (ours are timeouts): an outside kill is retried, a crash is the arm's.
+                msg = f"benchmark was {describe_signal(sig)}, exit status {rc}: {said or '(no output)'}"
+                status = TrialStatus.KILLED if sig in EXTERNAL_SIGNALS else TrialStatus.CRASHED
+                return fail(status, msg, extra, er)
             from .parsers import ParseError, parse
             try:
                 metrics = parse(self.exp.benchmark.parser, stdout, stderr,
                                 out_dir=out_dir if self.host.is_local else None,
                                 files=None if self.host.is_local else self._result_files(out_dir),
-                                patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric)
+                                patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric,
+                                secondary=[m for m, _ in self.exp.benchmark.secondary])
             except ParseError as e:
                 # The benchmark's own words: what it printed instead of a result.
                 said = _one_line(stdout) or _one_line(stderr) or "(no output)"

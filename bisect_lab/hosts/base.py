@@ -203,6 +203,28 @@ def shell_returncode(code: int | None) -> int | None:
 
 KILLED_RETURNCODE = 128 + int(signal.SIGKILL)
 
+#: Signals sent from outside the process (the out-of-memory killer, an admin, a scheduler, a
+#: closed terminal), unlike those a program brings on itself by crashing (SIGSEGV, SIGABRT,
+#: SIGBUS, SIGFPE, SIGILL): a kill says nothing about the code under test.
+EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT,
+                              signal.SIGQUIT})
+
+
+def exit_signal(code: int | None) -> signal.Signals | None:
+    """The signal that a shell-style exit code 128+N reports, or None for a plain exit."""
+    if code is None or code <= 128:
+        return None
+    try:
+        return signal.Signals(code - 128)
+    except ValueError:
+        return None           # 255 (ssh's own failure) and the like are plain exit codes
+
+
+def describe_signal(sig: signal.Signals) -> str:
+    """``killed by SIGKILL (signal 9; often the out-of-memory killer)``."""
+    hint = "; often the out-of-memory killer" if sig == signal.SIGKILL else ""
+    return f"killed by {sig.name} (signal {int(sig)}{hint})"
+
 
 class ProcInfo(NamedTuple):
     """One row of a process table (local psutil or remote /proc)."""
