@@ -14,7 +14,7 @@ from typing import Callable
 
 from .errors import BisectLabError, HostError, PatchError
 from .fingerprint import redact_value
-from .hosts.base import EXTERNAL_SIGNALS, Host, describe_signal, exit_signal
+from .hosts.base import CAMPAIGN_VAR, EXTERNAL_SIGNALS, Host, describe_signal, exit_signal
 from .model import Arm, Experiment, TrialResult, TrialStatus
 from .placeholders import shell_substitute
 
@@ -146,7 +146,10 @@ class HostWorker:
             from .envcheck import EnvSampler
             sampler = EnvSampler(self.host, self.expected_env(arm))
             bench_t0 = time.monotonic()
-            proc = self.host.spawn(command, cwd=tree.path, env=env)
+            # The campaign id only travels with the benchmark (so that --resume can find what a
+            # killed run left behind): it is no part of the arm's environment or fingerprint.
+            proc = self.host.spawn(command, cwd=tree.path, env={**env, CAMPAIGN_VAR: campaign},
+                                   timeout_s=self.exp.benchmark.timeout_s)
             self.owned_pids.add(proc.pid)
             deadline = bench_t0 + self.exp.benchmark.timeout_s
             rc = None
@@ -238,6 +241,21 @@ class HostWorker:
             return TrialOutcome(result, extra, fp_data)
         except HostError as e:
             return fail(TrialStatus.HOST_ERROR, str(e))
+
+    def end_leftovers(self, campaign: str) -> list[dict]:
+        """Kill what an earlier run of ``campaign`` left running on this host (a bisect-lab killed
+        with SIGKILL, a dropped connection): the processes whose environment carries the campaign
+        id, and nothing else. Each kill is logged; an unreachable host is logged, not fatal (its
+        trials will say so)."""
+        try:
+            killed = _killed(self.host.kill_campaign(campaign))
+        except HostError as e:
+            self.log(f"{self.host.name}: could not look for processes left running by campaign {campaign}: {e}")
+            return []
+        for k in killed:
+            self.log(f"{self.host.name}: killed pid {k['pid']}, left running by an earlier run of campaign "
+                     f"{campaign}: {k['cmdline'][:200] or '(command line not visible)'}")
+        return killed
 
     def _result_files(self, out_dir: str) -> dict[str, str]:
         """Result files the benchmark wrote on a remote host ({out}), for the parsers."""

@@ -1,0 +1,117 @@
+"""Benchmarks never outlive bisect-lab for long: the backstop ends them when bisect-lab dies
+(locally) or past their timeout plus a grace (everywhere), and --resume ends what a killed run of its
+campaign left behind. Real CLI subprocesses killed with SIGKILL, real sshd."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from bisect_lab.hosts.base import BACKSTOP_GRACE_S, CAMPAIGN_VAR
+from test_cli_ssh import ssh_toml
+from toyexp import make_toy
+
+
+def _sleeps(mark):
+    """Live `sleep N.<mark>` processes."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if p.info["status"] != psutil.STATUS_ZOMBIE and cmd[:1] == ["sleep"] and cmd[-1].endswith(f".{mark}"):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture
+def mark():
+    """A unique suffix for the benchmark's sleeps; whatever a failed test leaves of them is killed."""
+    m = random.randrange(10**8, 10**9)
+    yield m
+    for p in _sleeps(m):
+        p.kill()
+
+
+def _wait(pred, timeout_s, step=0.1):
+    deadline = time.monotonic() + timeout_s
+    while not (value := pred()) and time.monotonic() < deadline:
+        time.sleep(step)
+    return value
+
+
+def _start(tmp_path, exp, *args, env=None):
+    cmd = [sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+           str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "1", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def _hang(m):
+    # the benchmark, a worker in its process group and one that left its session (setsid)
+    return f"sleep 301.{m} & setsid sleep 302.{m} & sleep 303.{m}; wait"
+
+
+def _kill_mid_benchmark(tmp_path, exp, m, n, env=None):
+    proc = _start(tmp_path, exp, env=env)
+    assert _wait(lambda: len(_sleeps(m)) == n, 60), proc.stderr.read() if proc.poll() is not None else "no sleeps"
+    proc.kill()                  # SIGKILL: bisect-lab gets no chance to clean up
+    proc.wait()
+    return time.monotonic()
+
+
+def test_a_benchmark_dies_with_a_killed_bisect_lab(tmp_path, mark):
+    m = mark
+    timeout_s = 3
+    exp = make_toy(tmp_path, bench_command=_hang(m), timeout_s=timeout_s)
+    killed_at = _kill_mid_benchmark(tmp_path, exp, m, 3)
+    # bisect-lab's own deadline died with it; the backstop must not need it
+    assert _wait(lambda: not _sleeps(m), timeout_s + BACKSTOP_GRACE_S + 2), _sleeps(m)
+    assert time.monotonic() - killed_at < timeout_s      # locally it goes with bisect-lab, not at the deadline
+
+
+def test_a_remote_benchmark_dies_by_its_deadline_after_bisect_lab_is_killed(tmp_path, sshd, mark):
+    m = mark
+    timeout_s = 2
+    exp = make_toy(tmp_path, bench_command=_hang(m), timeout_s=timeout_s,
+                   extra_toml=ssh_toml(sshd, tmp_path / "remote"))
+    _kill_mid_benchmark(tmp_path, exp, m, 3, env=sshd.env())
+    started = min(p.create_time() for p in _sleeps(m))
+    # a dropped connection must not end it (it may be reopened); its deadline must
+    assert _wait(lambda: not _sleeps(m), timeout_s + BACKSTOP_GRACE_S + 4), _sleeps(m)
+    assert time.time() - started <= timeout_s + BACKSTOP_GRACE_S + 3
+
+
+def test_resume_ends_what_a_killed_run_of_its_campaign_left_running(tmp_path, mark):
+    m = mark
+    once = tmp_path / "hung-once"
+    # The first try hangs and leaves a daemon that dropped the run token and left the session,
+    # out of the backstop's reach; the resumed one measures.
+    exp = make_toy(tmp_path, timeout_s=30, bench_command=(
+        f"if [ -e {once} ]; then python3 bench.py; else touch {once}; "
+        f"env -u BISECT_LAB_RUN_ID setsid sleep 304.{m} & sleep 305.{m}; fi"))
+    _kill_mid_benchmark(tmp_path, exp, m, 2)
+    (daemon,) = _wait(lambda: (lambda s: s if len(s) == 1 else None)(_sleeps(m)), 10)
+    assert daemon.cmdline() == ["sleep", f"304.{m}"]
+    campaign = daemon.environ()[CAMPAIGN_VAR]
+    # Bystanders: another campaign's process and one without any campaign are never touched.
+    other = subprocess.Popen(["sleep", f"306.{m}"], env={**os.environ, CAMPAIGN_VAR: campaign + "-other"})
+    plain = subprocess.Popen(["sleep", f"307.{m}"])
+    try:
+        p = subprocess.run([sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+                            str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "1",
+                            "--resume", campaign], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert f"killed pid {daemon.pid}, left running by an earlier run of campaign {campaign}: sleep 304.{m}" \
+            in " ".join(p.stderr.split()), p.stderr
+        assert _wait(lambda: not daemon.is_running() or daemon.status() == psutil.STATUS_ZOMBIE, 5)
+        assert other.poll() is None and plain.poll() is None
+    finally:
+        for b in (other, plain):
+            b.kill()
+            b.wait()
