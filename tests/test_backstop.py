@@ -115,3 +115,32 @@ def test_resume_ends_what_a_killed_run_of_its_campaign_left_running(tmp_path, ma
         for b in (other, plain):
             b.kill()
             b.wait()
+
+
+@pytest.fixture(params=["local", "ssh"])
+def host(request, tmp_path):
+    from bisect_lab.hosts import LocalHost
+    from test_hosts import ssh_host
+    h = (LocalHost(cache_dir=tmp_path / "cache") if request.param == "local"
+         else ssh_host(request.getfixturevalue("sshd"), workdir=str(tmp_path / "remote")))
+    yield h
+    h.close()
+
+
+def test_the_backstop_ends_a_spawned_command_past_its_deadline_and_stays_out_of_its_tree(host, mark):
+    m = mark
+    t0 = time.monotonic()
+    p = host.spawn(f"echo started; setsid sleep 308.{m} & sleep 309.{m}", timeout_s=0.5)
+    assert _wait(lambda: len(_sleeps(m)) == 2, 10)
+    tree = p.descendants()
+    assert {s.pid for s in _sleeps(m)} <= set(tree)
+    watchdogs = [q for q in psutil.process_iter(["cmdline"]) if "bisect-lab-backstop" in (q.info["cmdline"] or [])
+                 and f"BISECT_LAB_RUN_ID={p.run_id}" in q.info["cmdline"]]
+    assert len(watchdogs) == 1 and watchdogs[0].pid not in tree    # beside the command, not in its tree
+    # nobody calls kill_tree: the deadline (0.5 s + grace, whole seconds) ends it all
+    assert p.wait(0.5 + BACKSTOP_GRACE_S + 5) == 128 + signal.SIGKILL
+    assert _wait(lambda: not _sleeps(m), 3)
+    assert 0.5 + BACKSTOP_GRACE_S <= time.monotonic() - t0 <= 0.5 + BACKSTOP_GRACE_S + 4
+    out, err = p.output()
+    assert out == "started\n" and "bisect-lab backstop: its deadline (7 s) passed; killing pids" in err, err
+    p.close()
