@@ -87,25 +87,52 @@ def test_a_remote_benchmark_dies_by_its_deadline_after_bisect_lab_is_killed(tmp_
     assert time.time() - started <= timeout_s + BACKSTOP_GRACE_S + 3
 
 
-def test_resume_ends_what_a_killed_run_of_its_campaign_left_running(tmp_path, mark):
-    m = mark
+def _leave_leftovers(tmp_path, m, extra_toml="", env=None):
+    """A run killed mid-benchmark whose first try hangs and leaves a daemon that dropped the run
+    token and left the session, out of the backstop's reach (the resumed try measures)."""
     once = tmp_path / "hung-once"
-    # The first try hangs and leaves a daemon that dropped the run token and left the session,
-    # out of the backstop's reach; the resumed one measures.
-    exp = make_toy(tmp_path, timeout_s=30, bench_command=(
+    exp = make_toy(tmp_path, timeout_s=30, extra_toml=extra_toml, bench_command=(
         f"if [ -e {once} ]; then python3 bench.py; else touch {once}; "
         f"env -u BISECT_LAB_RUN_ID setsid sleep 304.{m} & sleep 305.{m}; fi"))
-    _kill_mid_benchmark(tmp_path, exp, m, 2)
+    _kill_mid_benchmark(tmp_path, exp, m, 2, env=env)
+    return exp
+
+
+def _resume(tmp_path, exp, campaign, env=None):
+    return subprocess.run([sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+                           str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "1",
+                           "--resume", campaign], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_resume_over_ssh_ends_what_a_dropped_run_of_its_campaign_left_running(tmp_path, sshd, mark):
+    m = mark
+    exp = _leave_leftovers(tmp_path, m, ssh_toml(sshd, tmp_path / "remote"), env=sshd.env())
+    # Over SSH the hung benchmark waits for its deadline (30 s): both are still there.
+    time.sleep(1.5)
+    left = sorted(_sleeps(m), key=lambda q: q.cmdline())
+    assert [q.cmdline() for q in left] == [["sleep", f"304.{m}"], ["sleep", f"305.{m}"]]
+    campaign = left[0].environ()[CAMPAIGN_VAR]
+    p = _resume(tmp_path, exp, campaign, env=sshd.env())
+    assert p.returncode == 0, p.stderr
+    said = " ".join(p.stderr.split())
+    for q, n in zip(left, (304, 305)):
+        assert f"killed pid {q.pid}, left running by an earlier run of campaign {campaign}: sleep {n}.{m}" \
+            in said, p.stderr
+    assert _wait(lambda: not _sleeps(m), 5)
+
+
+def test_resume_ends_what_a_killed_run_of_its_campaign_left_running(tmp_path, mark):
+    m = mark
+    exp = _leave_leftovers(tmp_path, m)
     (daemon,) = _wait(lambda: (lambda s: s if len(s) == 1 else None)(_sleeps(m)), 10)
-    assert daemon.cmdline() == ["sleep", f"304.{m}"]
+    assert daemon.cmdline() == ["sleep", f"304.{m}"]      # the hung one went with bisect-lab
     campaign = daemon.environ()[CAMPAIGN_VAR]
     # Bystanders: another campaign's process and one without any campaign are never touched.
     other = subprocess.Popen(["sleep", f"306.{m}"], env={**os.environ, CAMPAIGN_VAR: campaign + "-other"})
     plain = subprocess.Popen(["sleep", f"307.{m}"])
     try:
-        p = subprocess.run([sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
-                            str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "1",
-                            "--resume", campaign], capture_output=True, text=True, timeout=120)
+        p = _resume(tmp_path, exp, campaign)
         assert p.returncode == 0, p.stderr
         assert f"killed pid {daemon.pid}, left running by an earlier run of campaign {campaign}: sleep 304.{m}" \
             in " ".join(p.stderr.split()), p.stderr
