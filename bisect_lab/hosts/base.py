@@ -197,10 +197,10 @@ class Host(ABC):
 
 # The backstop of a spawned command: a watchdog that needs no bisect-lab. It is started beside
 # the command, not under it (outside its session, without its environment, not a descendant), so
-# the command's tree (kill_tree, env verification) never contains it. It waits while the command's process group
-# lives; past the deadline, or once the parent it watches (bisect-lab, local only: over SSH a
-# dropped connection may be reopened and the command must survive it) has died, it SIGKILLs the
-# session and every process carrying the run token, and says so on stderr.
+# the command's tree (kill_tree, env verification) never contains it. It waits while the
+# command's process group lives; past the deadline, or once the parent it watches (bisect-lab,
+# local only: over SSH a dropped connection may be reopened and the command must survive it) has
+# died, it SIGKILLs the session and every process carrying the run token, and says so on stderr.
 # $1: session id (the command's session leader), $2: seconds until the deadline ("" = none),
 # $3: pid whose death ends the command ("" = none), $4: token line ("BISECT_LAB_RUN_ID=...").
 BACKSTOP_SCRIPT = r"""
