@@ -67,7 +67,9 @@ class HostCommandError(HostError):
             why = "timed out"
         else:
             tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or [""]
-            why = f"exit {result.returncode}: {tail[0]}"
+            sig = exit_signal(result.returncode)
+            why = (f"exit {result.returncode}" + (f" ({describe_signal(sig)})" if sig else "")
+                   + (f": {tail[0]}" if tail[0] else ""))
         super().__init__(f"{what} failed on {result.host}: {why}")
 
 
