@@ -89,6 +89,10 @@ def open_campaign(session: Session, kind: str, params: dict, resume: str | bool 
         session.log(f"campaign {c.id} ({c.status}): " + ", ".join(f"{k} {was[k]} -> {params[k]}" for k in raised)
                     + f"; its {len(store.trials(c.id))} stored trial(s) are replayed first")
     store.set_campaign_status(c.id, "running")
+    # A run that was killed (kill -9, a lost connection) may have left its benchmark running:
+    # it would share the GPU with the trials measured now.
+    for w in session.workers:
+        w.end_leftovers(c.id)
     return c.id, True
 
 

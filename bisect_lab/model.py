@@ -172,11 +172,12 @@ class TrialStatus(str, enum.Enum):
     TIMEOUT = "timeout"
     PARSE_ERROR = "parse-error"
     HOST_ERROR = "host-error"
+    KILLED = "killed"            # ended by a signal bisect-lab did not send (OOM killer, an admin)
 
     @property
     def is_infrastructure(self) -> bool:
         """Failures worth retrying: they say nothing about the arm."""
-        return self in (TrialStatus.HOST_ERROR, TrialStatus.GPU_NOT_IDLE)
+        return self in (TrialStatus.HOST_ERROR, TrialStatus.GPU_NOT_IDLE, TrialStatus.KILLED)
 
     @property
     def is_untestable(self) -> bool:

@@ -46,7 +46,7 @@ import os
 import re
 import statistics
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import EXIT_NO_MEASUREMENT, EXIT_USAGE, BisectLabError
 
@@ -570,7 +570,7 @@ def validate(parser: str, patterns: Mapping[str, str] | None = None) -> None:
 
 def parse(parser: str, stdout: str, stderr: str = "", *, out_dir: str | None = None,
           patterns: Mapping[str, str] | None = None, metric: str | None = None,
-          files: Mapping[str, str] | None = None) -> dict[str, float]:
+          files: Mapping[str, str] | None = None, secondary: Sequence[str] = ()) -> dict[str, float]:
     """Extract metrics from one benchmark run's output.
 
     ``parser`` is a name from :data:`PARSERS`; ``out_dir`` is the trial's
@@ -578,14 +578,16 @@ def parse(parser: str, stdout: str, stderr: str = "", *, out_dir: str | None = N
     ``--output-file`` JSON lines, are read); ``files`` (name -> text) is the
     same for a remote host, whose out folder the runner fetched through the
     Host; ``patterns`` is ``[benchmark.patterns]`` for
-    ``regex``; ``metric`` is the primary metric, which must be present and
-    finite.
+    ``regex``; ``metric`` is the primary metric, which must be present, finite
+    and > 0; ``secondary`` names the ``[benchmark.secondary]`` metrics, which
+    may be missing but, when present, must be finite and > 0 too (they are
+    compared as ratios).
 
-    Returns metric name -> value. Values may be ``inf`` / ``nan`` (SGLang
-    writes ``Infinity`` / ``NaN``) except for the primary metric.
+    Returns metric name -> value. Other values may be ``inf`` / ``nan`` (SGLang
+    writes ``Infinity`` / ``NaN``) or zero.
 
-    Raises :class:`ParseError` (with ``.tail``) when nothing parseable is found
-    or the primary metric is missing or not finite, and
+    Raises :class:`ParseError` (with ``.tail``) when nothing parseable is found,
+    the primary metric is missing, or a checked metric is not a positive number, and
     :class:`ParserConfigError` for an unknown parser or bad patterns.
     """
     validate(parser, patterns)
@@ -605,7 +607,11 @@ def parse(parser: str, stdout: str, stderr: str = "", *, out_dir: str | None = N
             shown = ", ".join(sorted(metrics)[:30])
             raise ParseError(f"{parser}: primary metric {metric!r} not in the output; found: {shown}",
                              tail=tail, parser=parser, metric=metric, found=metrics)
-        if not math.isfinite(metrics[metric]):
-            raise ParseError(f"{parser}: primary metric {metric!r} is {metrics[metric]}, not a "
-                             "measurement", tail=tail, parser=parser, metric=metric, found=metrics)
+    # Every value a decision divides by must be a usable ratio term: a throughput of 0
+    # (a benchmark that served nothing) is a failed trial, not a measurement of "infinitely slow".
+    for name in ([metric] if metric is not None else []) + [m for m in secondary if m != metric]:
+        value = metrics.get(name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ParseError(f"{parser}: metric {name} = {value} is not a positive number (not a measurement)",
+                             tail=tail, parser=parser, metric=metric, found=metrics)
     return metrics

@@ -7,7 +7,6 @@ kind and never count as measurements.
 """
 from __future__ import annotations
 
-import shlex
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,8 +14,9 @@ from typing import Callable
 
 from .errors import BisectLabError, HostError, PatchError
 from .fingerprint import redact_value
-from .hosts.base import Host
+from .hosts.base import CAMPAIGN_VAR, EXTERNAL_SIGNALS, Host, describe_signal, exit_signal
 from .model import Arm, Experiment, TrialResult, TrialStatus
+from .placeholders import shell_substitute
 
 Log = Callable[[str], None]
 
@@ -142,13 +142,14 @@ class HostWorker:
                 if not idle.ok:
                     return fail(TrialStatus.GPU_NOT_IDLE, idle.reason, extra)
 
-            command = (self.exp.benchmark.command
-                       .replace("{tree}", shlex.quote(tree.path))
-                       .replace("{out}", shlex.quote(out_dir)))
+            command = shell_substitute(self.exp.benchmark.command, {"tree": tree.path, "out": out_dir})
             from .envcheck import EnvSampler
             sampler = EnvSampler(self.host, self.expected_env(arm))
             bench_t0 = time.monotonic()
-            proc = self.host.spawn(command, cwd=tree.path, env=env)
+            # The campaign id only travels with the benchmark (so that --resume can find what a
+            # killed run left behind): it is no part of the arm's environment or fingerprint.
+            proc = self.host.spawn(command, cwd=tree.path, env={**env, CAMPAIGN_VAR: campaign},
+                                   timeout_s=self.exp.benchmark.timeout_s)
             self.owned_pids.add(proc.pid)
             deadline = bench_t0 + self.exp.benchmark.timeout_s
             rc = None
@@ -199,18 +200,27 @@ class HostWorker:
                 extra["nccl"] = nccl
                 er["nccl"] = nccl
                 er["warnings"] = list(er.get("warnings", [])) + nccl_warnings(nccl, self.expected_env(arm))
-            if timed_out:
-                return fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s: "
-                            f"{_one_line(stderr) or _one_line(stdout)}", extra, er)
+            said = _one_line(stderr) or _one_line(stdout)
+            sig = exit_signal(rc) if not timed_out else None
+            if timed_out or (sig is not None and bench_s >= self.exp.benchmark.timeout_s):
+                # The second case: the backstop (hosts.backstop) ended it past the deadline.
+                return fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s"
+                            + (f": {said}" if said else ""), extra, er)
             if rc != 0:
-                msg = f"benchmark exited with {rc}: " + (_one_line(stderr) or _one_line(stdout) or "(no output)")
-                return fail(TrialStatus.CRASHED, msg, extra, er)
+                if sig is None:
+                    msg = f"benchmark exited with {rc}: {said or '(no output)'}"
+                    return fail(TrialStatus.CRASHED, msg, extra, er)
+                # Not our kill (ours are timeouts): an outside kill is retried, a crash is the arm's.
+                msg = f"benchmark was {describe_signal(sig)}, exit status {rc}: {said or '(no output)'}"
+                status = TrialStatus.KILLED if sig in EXTERNAL_SIGNALS else TrialStatus.CRASHED
+                return fail(status, msg, extra, er)
             from .parsers import ParseError, parse
             try:
                 metrics = parse(self.exp.benchmark.parser, stdout, stderr,
                                 out_dir=out_dir if self.host.is_local else None,
                                 files=None if self.host.is_local else self._result_files(out_dir),
-                                patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric)
+                                patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric,
+                                secondary=[m for m, _ in self.exp.benchmark.secondary])
             except ParseError as e:
                 # The benchmark's own words: what it printed instead of a result.
                 said = _one_line(stdout) or _one_line(stderr) or "(no output)"
@@ -231,6 +241,21 @@ class HostWorker:
             return TrialOutcome(result, extra, fp_data)
         except HostError as e:
             return fail(TrialStatus.HOST_ERROR, str(e))
+
+    def end_leftovers(self, campaign: str) -> list[dict]:
+        """Kill what an earlier run of ``campaign`` left running on this host (a bisect-lab killed
+        with SIGKILL, a dropped connection): the processes whose environment carries the campaign
+        id, and nothing else. Each kill is logged; an unreachable host is logged, not fatal (its
+        trials will say so)."""
+        try:
+            killed = _killed(self.host.kill_campaign(campaign))
+        except HostError as e:
+            self.log(f"{self.host.name}: could not look for processes left running by campaign {campaign}: {e}")
+            return []
+        for k in killed:
+            self.log(f"{self.host.name}: killed pid {k['pid']}, left running by an earlier run of campaign "
+                     f"{campaign}: {k['cmdline'][:200] or '(command line not visible)'}")
+        return killed
 
     def _result_files(self, out_dir: str) -> dict[str, str]:
         """Result files the benchmark wrote on a remote host ({out}), for the parsers."""

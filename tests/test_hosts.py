@@ -95,7 +95,14 @@ def test_run_output_and_exit_codes(host):
         r.check("the step")
     ok = host.run(["printf", "%s|", "a b", "it's", "$HOME", "`x`"], timeout_s=20)
     assert ok.ok and ok.stdout == "a b|it's|$HOME|`x`|"
-    assert host.run("kill -9 $$", timeout_s=20).returncode == 128 + 9
+    killed = host.run("kill -9 $$", timeout_s=20)
+    assert killed.returncode == 128 + 9
+    # a command that printed nothing: no dangling colon; a signal is named
+    with pytest.raises(HostCommandError) as e:
+        killed.check("the step")
+    said = f"the step failed on {host.name}: exit 137 (killed by SIGKILL (signal 9; often the out-of-memory killer))"
+    # (over SSH the remote login shell reports the kill on stderr: that line is output)
+    assert str(e.value) == said if host.is_local else str(e.value).startswith(said + ": ")
 
 
 def test_stdin_input_and_eof(host):

@@ -7,7 +7,7 @@ import bisect_lab
 PKG = Path(bisect_lab.__file__).parent
 
 LAYERS = {
-    1: {"model", "errors", "paths", "verdicts", "redact"},
+    1: {"model", "errors", "paths", "verdicts", "redact", "placeholders"},
     2: {"stats", "strategies"},
     3: {"config", "patchset", "arms", "store", "parsers", "summaries", "nccl_log"},
     4: {"hosts", "trees", "capture", "gpu", "fingerprint", "envcheck", "diffing"},

@@ -356,3 +356,21 @@ def test_all_sample_files_parse_with_some_builtin_parser():
         if "crashed" in f:
             continue
         assert parse(parser, text(f)), f
+
+
+@pytest.mark.parametrize("value", [0.0, -5.0, float("nan"), float("inf")])
+def test_a_primary_metric_that_is_not_a_positive_number_is_not_a_measurement(value, tmp_path):
+    rec = {"output_throughput": value, "median_ttft_ms": 10.0, "completed": 3}
+    (tmp_path / "r.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ParseError, match=f"metric output_throughput = {value} is not a positive number"):
+        parse("sglang-bench-serving", "", out_dir=str(tmp_path), metric="output_throughput")
+
+
+def test_secondary_metrics_must_be_positive_when_present(tmp_path):
+    rec = {"output_throughput": 100.0, "median_ttft_ms": 0.0, "mean_itl_ms": 0.0, "completed": 3}
+    (tmp_path / "r.jsonl").write_text(json.dumps(rec) + "\n")
+    kw = dict(out_dir=str(tmp_path), metric="output_throughput")
+    with pytest.raises(ParseError, match="metric median_ttft_ms = 0.0 is not a positive number"):
+        parse("sglang-bench-serving", "", secondary=["median_ttft_ms"], **kw)
+    # a metric nothing compares may be zero; a secondary the output lacks is left to the summary's warning
+    assert parse("sglang-bench-serving", "", secondary=["p99_e2el_ms"], **kw)["mean_itl_ms"] == 0.0

@@ -6,6 +6,7 @@ mandatory timeout: a dead host must never hang a campaign.
 """
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import signal
@@ -21,6 +22,14 @@ Env = Mapping[str, "str | None"]   # overlay on the host's environment; None uns
 #: ``kill_tree`` also finds descendants that left the session (``setsid``, double
 #: fork) as long as they inherited the environment.
 RUN_ID_VAR = "BISECT_LAB_RUN_ID"
+
+#: Every benchmark a campaign starts carries ``BISECT_LAB_CAMPAIGN=<campaign id>``, so that
+#: ``--resume`` can find and end what a killed bisect-lab left running (:meth:`Host.kill_campaign`).
+CAMPAIGN_VAR = "BISECT_LAB_CAMPAIGN"
+
+#: The backstop ends a spawned command this long after its own timeout: bisect-lab, when
+#: alive, kills it at the timeout itself; the backstop is for when it is not.
+BACKSTOP_GRACE_S = 5.0
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -58,7 +67,9 @@ class HostCommandError(HostError):
             why = "timed out"
         else:
             tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or [""]
-            why = f"exit {result.returncode}: {tail[0]}"
+            sig = exit_signal(result.returncode)
+            why = (f"exit {result.returncode}" + (f" ({describe_signal(sig)})" if sig else "")
+                   + (f": {tail[0]}" if tail[0] else ""))
         super().__init__(f"{what} failed on {result.host}: {why}")
 
 
@@ -119,8 +130,19 @@ class Host(ABC):
         """Run to completion. A list is quoted with :func:`shlex.join`; a string runs under bash."""
 
     @abstractmethod
-    def spawn(self, command: str, *, cwd: str | None = None, env: Env | None = None) -> Process:
-        """Start ``command`` under bash in a new session; output is captured."""
+    def spawn(self, command: str, *, cwd: str | None = None, env: Env | None = None,
+              timeout_s: float | None = None) -> Process:
+        """Start ``command`` under bash in a new session; output is captured.
+
+        A backstop that needs no bisect-lab (:data:`BACKSTOP_SCRIPT`) kills the command's
+        tree :data:`BACKSTOP_GRACE_S` after ``timeout_s`` (never, when None) and, on the
+        local machine, as soon as this process dies.
+        """
+
+    @abstractmethod
+    def kill_campaign(self, campaign: str) -> list[KilledProcess]:
+        """SIGKILL the processes whose environment carries ``BISECT_LAB_CAMPAIGN=campaign``
+        (with the sessions they lead and their descendants); return what was killed."""
 
     @abstractmethod
     def read_bytes(self, path: str, *, timeout_s: float = 30.0) -> bytes:
@@ -175,6 +197,58 @@ class Host(ABC):
         self.close()
 
 
+# The backstop of a spawned command: a watchdog that needs no bisect-lab. It is started beside
+# the command, not under it (outside its session, without its environment, not a descendant), so
+# the command's tree (kill_tree, env verification) never contains it. It waits while the
+# command's process group lives; past the deadline, or once the parent it watches (bisect-lab,
+# local only: over SSH a dropped connection may be reopened and the command must survive it) has
+# died, it SIGKILLs the session and every process carrying the run token, and says so on stderr.
+# $1: session id (the command's session leader), $2: seconds until the deadline ("" = none),
+# $3: pid whose death ends the command ("" = none), $4: token line ("BISECT_LAB_RUN_ID=...").
+BACKSTOP_SCRIPT = r"""
+sid=$1 limit=$2 parent=$3 token=$4
+cd / 2>/dev/null
+members() {
+    local f line rest
+    for f in /proc/[0-9]*/stat; do
+        read -r line < "$f" 2>/dev/null || continue
+        rest=${line##*) }
+        set -- $rest
+        [ "$4" = "$sid" ] && echo "${f//[!0-9]/}"
+    done
+    [ -n "$token" ] && grep -lzx -- "$token" /proc/[0-9]*/environ 2>/dev/null | tr -cd '0-9\n'
+}
+why=
+while kill -0 -- "-$sid" 2>/dev/null; do
+    if [ -n "$parent" ] && ! kill -0 "$parent" 2>/dev/null; then why="bisect-lab (pid $parent) is gone"; break; fi
+    if [ -n "$limit" ] && [ "$SECONDS" -ge "$limit" ]; then why="its deadline ($limit s) passed"; break; fi
+    sleep 1
+done
+# The group may end while a worker that left it (setsid) lives on: with bisect-lab gone, nobody
+# else will end that one.
+if [ -z "$why" ] && [ -n "$parent" ] && ! kill -0 "$parent" 2>/dev/null; then why="bisect-lab (pid $parent) is gone"; fi
+[ -n "$why" ] || exit 0
+for round in 1 2 3 4 5; do
+    pids=$(members | sort -u | grep -vx -e "$$" -e '')
+    [ -n "$pids" ] || break
+    kill -STOP $pids 2>/dev/null
+    pids=$(members | sort -u | grep -vx -e "$$" -e '')
+    [ -n "$pids" ] || break
+    [ "$round" = 1 ] && echo "bisect-lab backstop: $why; killing pids" $pids >&2
+    kill -KILL $pids 2>/dev/null
+done
+exit 0
+"""
+
+
+def backstop_limit(timeout_s: float | None) -> str:
+    """The backstop's deadline argument: whole seconds past ``timeout_s`` plus the grace, or ""."""
+    if timeout_s is None:
+        return ""
+    # +1: bash's SECONDS counts whole seconds from a start that may lie up to 1 s back.
+    return str(int(math.ceil(timeout_s + BACKSTOP_GRACE_S)) + 1)
+
+
 def as_shell(command: str | Sequence[str]) -> str:
     """The command as one shell string (a list is quoted word by word)."""
     return command if isinstance(command, str) else shlex.join(list(command))
@@ -202,6 +276,28 @@ def shell_returncode(code: int | None) -> int | None:
 
 
 KILLED_RETURNCODE = 128 + int(signal.SIGKILL)
+
+#: Signals sent from outside the process (the out-of-memory killer, an admin, a scheduler, a
+#: closed terminal), unlike those a program brings on itself by crashing (SIGSEGV, SIGABRT,
+#: SIGBUS, SIGFPE, SIGILL): a kill says nothing about the code under test.
+EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT,
+                              signal.SIGQUIT})
+
+
+def exit_signal(code: int | None) -> signal.Signals | None:
+    """The signal that a shell-style exit code 128+N reports, or None for a plain exit."""
+    if code is None or code <= 128:
+        return None
+    try:
+        return signal.Signals(code - 128)
+    except ValueError:
+        return None           # 255 (ssh's own failure) and the like are plain exit codes
+
+
+def describe_signal(sig: signal.Signals) -> str:
+    """``killed by SIGKILL (signal 9; often the out-of-memory killer)``."""
+    hint = "; often the out-of-memory killer" if sig == signal.SIGKILL else ""
+    return f"killed by {sig.name} (signal {int(sig)}{hint})"
 
 
 class ProcInfo(NamedTuple):

@@ -1,6 +1,7 @@
 """The local machine as a :class:`Host`."""
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -14,8 +15,8 @@ from typing import Sequence
 import psutil
 
 from ..errors import HostError
-from .base import (RUN_ID_VAR, CommandResult, Env, Host, KilledProcess, Process, ProcInfo,
-                   as_shell, check_env, family, shell_returncode)
+from .base import (BACKSTOP_SCRIPT, CAMPAIGN_VAR, RUN_ID_VAR, CommandResult, Env, Host, KilledProcess,
+                   Process, ProcInfo, as_shell, backstop_limit, check_env, family, shell_returncode)
 
 
 def merged_env(env: Env | None, run_id: str | None = None) -> dict[str, str]:
@@ -42,10 +43,10 @@ def _process_table() -> list[ProcInfo]:
     return rows
 
 
-def _token_pids(run_id: str | None) -> list[int]:
+def _token_pids(run_id: str | None, var: str = RUN_ID_VAR) -> list[int]:
     if not run_id:
         return []
-    want = f"{RUN_ID_VAR}={run_id}".encode()
+    want = f"{var}={run_id}".encode()
     out = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit():
@@ -60,12 +61,26 @@ def _token_pids(run_id: str | None) -> list[int]:
 
 
 def tree_pids(root: int, run_id: str | None = None, *, session: bool = True,
-              root_is_ours: bool = True) -> list[int]:
-    """Live pids of ``root``'s tree on this machine (see :func:`base.family`)."""
+              root_is_ours: bool = True, var: str = RUN_ID_VAR) -> list[int]:
+    """Live pids of ``root``'s tree on this machine (see :func:`base.family`); ``var`` is the
+    variable that carries ``run_id``."""
     me = os.getpid()
-    return [p for p in family(_process_table(), root, session=session, extra=_token_pids(run_id),
+    extra = _token_pids(run_id, var)
+    if var != RUN_ID_VAR:
+        # A long-lived marker (the campaign) may also sit in the environment bisect-lab was started
+        # from: never count ourselves or what we run under.
+        mine = {me, *(q.pid for q in _parents())}
+        extra = [p for p in extra if p not in mine]
+    return [p for p in family(_process_table(), root, session=session, extra=extra,
                               root_is_ours=root_is_ours)
             if p != me]
+
+
+def _parents() -> list[psutil.Process]:
+    try:
+        return psutil.Process().parents()
+    except psutil.Error:
+        return []
 
 
 def _cmdline(pid: int) -> str:
@@ -76,7 +91,7 @@ def _cmdline(pid: int) -> str:
 
 
 def kill_tree_local(root: int, run_id: str | None = None, *,
-                    root_is_ours: bool = True) -> list[KilledProcess]:
+                    root_is_ours: bool = True, var: str = RUN_ID_VAR) -> list[KilledProcess]:
     """SIGKILL ``root``'s tree; return what was killed.
 
     The tree is frozen with SIGSTOP first and looked at again, so a parent cannot
@@ -84,12 +99,12 @@ def kill_tree_local(root: int, run_id: str | None = None, *,
     """
     killed: dict[int, KilledProcess] = {}
     for _ in range(5):
-        pids = [p for p in tree_pids(root, run_id, root_is_ours=root_is_ours) if p not in killed]
+        pids = [p for p in tree_pids(root, run_id, root_is_ours=root_is_ours, var=var) if p not in killed]
         if not pids:
             break
         for p in pids:
             _signal(p, signal.SIGSTOP)
-        pids = [p for p in tree_pids(root, run_id, root_is_ours=root_is_ours) if p not in killed]
+        pids = [p for p in tree_pids(root, run_id, root_is_ours=root_is_ours, var=var) if p not in killed]
         for p in pids:
             killed[p] = KilledProcess(p, _cmdline(p))
         for p in pids:
@@ -107,11 +122,13 @@ def _signal(pid: int, sig: int) -> None:
 class LocalProcess(Process):
     """A command started by :meth:`LocalHost.spawn`; output goes to temp files."""
 
-    def __init__(self, popen: subprocess.Popen, out_path: Path, err_path: Path, run_id: str):
+    def __init__(self, popen: subprocess.Popen, out_path: Path, err_path: Path, run_id: str,
+                 backstop: subprocess.Popen | None = None):
         self._p = popen
         self.pid = popen.pid
         self.run_id = run_id
         self._out, self._err = out_path, err_path
+        self._backstop = backstop
 
     def poll(self):
         return shell_returncode(self._p.poll())
@@ -144,6 +161,9 @@ class LocalProcess(Process):
                 p.unlink()
             except OSError:
                 pass
+        if self._backstop is not None:
+            # It ends by itself within a second of the command's group; reap it if it has.
+            self._backstop.poll()
 
     def __del__(self):
         self.close()
@@ -187,17 +207,24 @@ class LocalHost(Host):
             _drain(p)
             raise
 
-    def spawn(self, command: str, *, cwd=None, env=None) -> LocalProcess:
+    def spawn(self, command: str, *, cwd=None, env=None, timeout_s=None) -> LocalProcess:
         run_id = uuid.uuid4().hex
         _check_cwd(cwd, command)
         fd_o, out = tempfile.mkstemp(prefix="bl-out-")
         fd_e, err = tempfile.mkstemp(prefix="bl-err-")
+        p = None
+        # Append mode: the backstop adds its line to the same file without overwriting the command's.
+        fcntl.fcntl(fd_e, fcntl.F_SETFL, fcntl.fcntl(fd_e, fcntl.F_GETFL) | os.O_APPEND)
         try:
             with os.fdopen(fd_o, "wb") as o, os.fdopen(fd_e, "wb") as e:
                 p = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=merged_env(env, run_id),
                                      stdin=subprocess.DEVNULL, stdout=o, stderr=e,
                                      start_new_session=True)
+            backstop = _start_backstop(p.pid, timeout_s, run_id, err)
         except BaseException as exc:
+            if p is not None:
+                kill_tree_local(p.pid, run_id)      # no backstop: it must not run unguarded
+                p.wait()
             for path in (out, err):
                 try:
                     os.unlink(path)
@@ -206,7 +233,10 @@ class LocalHost(Host):
             if isinstance(exc, OSError):
                 raise HostError(f"cannot start {command[:200]!r} on local: {exc}") from exc
             raise
-        return LocalProcess(p, Path(out), Path(err), run_id)
+        return LocalProcess(p, Path(out), Path(err), run_id, backstop)
+
+    def kill_campaign(self, campaign: str) -> list[KilledProcess]:
+        return kill_tree_local(-1, campaign, root_is_ours=False, var=CAMPAIGN_VAR)
 
     def read_bytes(self, path, *, timeout_s=30.0):
         return Path(path).read_bytes()
@@ -242,6 +272,17 @@ class LocalHost(Host):
             from ..errors import ConfigError
             raise ConfigError(self._cache, None, f"cannot create the cache folder: {e.strerror or e}") from None
         return str(self._cache.resolve())
+
+
+def _start_backstop(sid: int, timeout_s: float | None, run_id: str, err_path: str) -> subprocess.Popen:
+    """The watchdog of :data:`base.BACKSTOP_SCRIPT` for the command whose session is ``sid``;
+    it also ends the command when this process dies."""
+    with open(err_path, "ab") as err:
+        return subprocess.Popen(
+            ["bash", "--norc", "--noprofile", "-c", BACKSTOP_SCRIPT, "bisect-lab-backstop", str(sid),
+             backstop_limit(timeout_s), str(os.getpid()), f"{RUN_ID_VAR}={run_id}"],
+            cwd="/", env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
 
 
 def _check_cwd(cwd, command: str) -> None:

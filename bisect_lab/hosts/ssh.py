@@ -14,8 +14,10 @@ What fabric does not do for us, and this module does:
   the remote command (no pty, no SIGHUP). Every command carries a token in
   its environment (``BISECT_LAB_RUN_ID``); on timeout or Ctrl-C a second
   command finds the tree through ``/proc`` (parent pid, session, token) and
-  SIGKILLs it. The remote command is also wrapped in ``timeout -s KILL`` a
-  few seconds past our own deadline, so it dies even if we die first.
+  SIGKILLs it. A command run to completion is also wrapped in ``timeout -s KILL``
+  a few seconds past our own deadline, and a spawned one (the benchmark) gets
+  the backstop watchdog (``base.BACKSTOP_SCRIPT``), so either dies even if we
+  (or the connection) die first.
 * **One connection per host**, kept open and reopened once when the server
   dropped it, but only when the command certainly had not started.
 
@@ -41,8 +43,9 @@ import paramiko
 from invoke.exceptions import CommandTimedOut
 
 from ..errors import HostError
-from .base import (KILLED_RETURNCODE, RUN_ID_VAR, CommandResult, Env, Host, KilledProcess,
-                   Process, as_shell, check_env, family, parse_proc_stat)
+from .base import (BACKSTOP_SCRIPT, CAMPAIGN_VAR, KILLED_RETURNCODE, RUN_ID_VAR, CommandResult, Env,
+                   Host, KilledProcess, Process, as_shell, backstop_limit, check_env, family,
+                   parse_proc_stat)
 
 #: Environment variables that point every SSHHost at an ssh config / known_hosts
 #: file (what tests and CI use, so that nothing touches ~/.ssh).
@@ -127,10 +130,11 @@ def _quiet_close(conn: fabric.Connection) -> None:
 # Each runs as `bash -c SCRIPT bisect-lab ARGS...`: the script is a constant and every
 # value arrives as a positional argument, so nothing needs quoting inside it.
 
-# $1: token line ("BISECT_LAB_RUN_ID=..." or ""). Prints /proc/*/stat, a separator,
-# then the environ files that carry the token.
+# $1: token line ("BISECT_LAB_RUN_ID=..." or ""). Prints /proc/*/stat, its own pid, a
+# separator, then the environ files that carry the token.
 _SNAPSHOT = r'''
 cat /proc/[0-9]*/stat 2>/dev/null
+echo "@@bisect-lab-self@@ $$"
 echo "@@bisect-lab-tokens@@"
 if [ -n "$1" ]; then grep -lzx -- "$1" /proc/[0-9]*/environ 2>/dev/null; fi
 true
@@ -156,10 +160,21 @@ fi
 # The session leader of a spawned command: records its own pid (once its
 # environment carries the token, so poll() can recognise it), runs the command
 # with output to files, then records the exit code. Both files are written
-# atomically (tmp + mv) so a reader never sees half of one.
+# atomically (tmp + mv) so a reader never sees half of one. stderr is opened for
+# appending: the backstop may add its line to it.
 _SPAWN_WRAPPER = ('echo $$ >"$2/pid.tmp" && mv -f "$2/pid.tmp" "$2/pid"; '
-                  'bash --norc -c "$1" >"$2/stdout" 2>"$2/stderr" </dev/null; '
+                  'bash --norc -c "$1" >"$2/stdout" 2>>"$2/stderr" </dev/null; '
                   'echo $? >"$2/rc.tmp" && mv -f "$2/rc.tmp" "$2/rc"')
+
+
+def _ancestors(table, pid: int) -> set[int]:
+    """``pid`` and its ancestors in a process table."""
+    parent = {r.pid: r.ppid for r in table}
+    out: set[int] = set()
+    while pid > 0 and pid not in out:
+        out.add(pid)
+        pid = parent.get(pid, 0)
+    return out
 
 
 def _bash(script: str, *args: object) -> str:
@@ -612,11 +627,15 @@ class SSHHost(Host):
             return self.python(code, *args, timeout_s=timeout_s, env=env)   # login shell it is
         return self.quick([self.python_path(), "-c", code, *args], timeout_s=timeout_s, env=env)
 
-    def spawn(self, command: str, *, cwd: str | None = None, env: Env | None = None) -> "SSHProcess":
+    def spawn(self, command: str, *, cwd: str | None = None, env: Env | None = None,
+              timeout_s: float | None = None) -> "SSHProcess":
         """Start ``command`` under bash in its own session on the remote host.
 
         stdout/stderr go to files in a folder under ``cache_root()/tmp``;
         :meth:`SSHProcess.close` (or :meth:`close` of the host, once it ended) removes it.
+        The backstop (:data:`base.BACKSTOP_SCRIPT`) runs there too and kills the tree
+        ``timeout_s`` plus :data:`base.BACKSTOP_GRACE_S` after the start, whatever becomes of
+        us or of the connection.
         """
         run_id = uuid.uuid4().hex
         d = f"{self.cache_root()}/tmp/spawn-{run_id}"
@@ -626,7 +645,12 @@ class SSHHost(Host):
                   # Wait (up to 10 s) for the wrapper's own pid: `$!` is known before
                   # the exec that gives the process its token, and poll() needs that.
                   + f" && i=0 && while [ ! -s {q(d)}/pid ] && [ $i -lt 1000 ]; do sleep 0.01;"
-                  + f" i=$((i+1)); done; cat {q(d)}/pid")
+                  + f" i=$((i+1)); done; pid=$(cat {q(d)}/pid)"
+                  # The backstop, started here rather than by the wrapper so that it is no
+                  # descendant of the command (a subshell's background job, re-parented to init).
+                  + f' && [ -n "$pid" ] && ( env -i PATH="$PATH" LC_ALL=C setsid bash --norc --noprofile -c'
+                  + f" {q(BACKSTOP_SCRIPT)} bisect-lab-backstop \"$pid\" {q(backstop_limit(timeout_s))} ''"
+                  + f" {q(f'{RUN_ID_VAR}={run_id}')} </dev/null >/dev/null 2>>{q(d)}/stderr & ); echo \"$pid\"")
         # Not idempotent: never retried once sent, or the benchmark could start twice.
         rc, text = self._shell_call(remote, idempotent=False)
         if _no_cwd(rc, text, cwd):
@@ -639,23 +663,34 @@ class SSHHost(Host):
         return proc
 
     # ------------------------------------------------------------------ process trees
-    def _snapshot(self, run_id: str | None):
-        out = self._helper(_bash(_SNAPSHOT, f"{RUN_ID_VAR}={run_id}" if run_id else ""))
+    def _snapshot(self, run_id: str | None, var: str = RUN_ID_VAR):
+        out = self._helper(_bash(_SNAPSHOT, f"{var}={run_id}" if run_id else ""))
         stat, _, tokens = out.partition("@@bisect-lab-tokens@@")
         token_pids = []
         for line in tokens.split():
             parts = line.split("/")      # /proc/<pid>/environ
             if len(parts) == 4 and parts[2].isdigit():
                 token_pids.append(int(parts[2]))
-        return parse_proc_stat(stat), token_pids
+        table = parse_proc_stat(stat)
+        if var != RUN_ID_VAR:
+            # A long-lived marker (the campaign) could sit in the login environment too: never
+            # count the shells our own helper runs in (the looker's ancestors).
+            me, _, _ = stat.partition("@@bisect-lab-self@@")[2].strip().partition("\n")
+            mine = _ancestors(table, int(me)) if me.strip().isdigit() else set()
+            token_pids = [p for p in token_pids if p not in mine]
+        return table, token_pids
 
-    def _tree(self, root: int | None, run_id: str | None, *, session: bool = True) -> list[int]:
-        table, token_pids = self._snapshot(run_id)
+    def _tree(self, root: int | None, run_id: str | None, *, session: bool = True,
+              var: str = RUN_ID_VAR) -> list[int]:
+        table, token_pids = self._snapshot(run_id, var)
         # The root counts only while it carries our token: its pid may have been reused.
         return family(table, root if root is not None else -1, session=session,
                       extra=token_pids, root_is_ours=root in token_pids)
 
-    def _kill(self, root: int | None, run_id: str | None) -> list[KilledProcess]:
+    def kill_campaign(self, campaign: str) -> list[KilledProcess]:
+        return self._kill(None, campaign, var=CAMPAIGN_VAR)
+
+    def _kill(self, root: int | None, run_id: str | None, var: str = RUN_ID_VAR) -> list[KilledProcess]:
         """SIGKILL the remote tree of ``root`` and/or the processes carrying ``run_id``.
 
         Freeze (SIGSTOP), look again, kill: a parent cannot fork a child that we
@@ -663,11 +698,11 @@ class SSHHost(Host):
         """
         killed: dict[int, KilledProcess] = {}
         for _ in range(5):
-            pids = [p for p in self._tree(root, run_id) if p not in killed]
+            pids = [p for p in self._tree(root, run_id, var=var) if p not in killed]
             if not pids:
                 break
             self._helper("kill -STOP " + " ".join(map(str, pids)) + " 2>/dev/null; true")
-            pids = [p for p in self._tree(root, run_id) if p not in killed]
+            pids = [p for p in self._tree(root, run_id, var=var) if p not in killed]
             if not pids:
                 break
             sep = "@@" + uuid.uuid4().hex
