@@ -686,12 +686,20 @@ class TreeManager:
         key = tree_key(commit, [p.sha256 for p in patches])
         path, marker, _ = self._paths(key)
         info = self._read_json(marker)
+        tree = None
         if info is not None and info.get("key") == key:
-            # Hot path: one small file read and an mtime bump for the LRU order.
-            self._touch(marker)
+            # Hot path: the marker, an mtime bump for the LRU order and one `git status` (the
+            # benchmark of an earlier trial may have edited the tree: trust is checked, not assumed).
             tree = PreparedTree(path=path, commit=commit, tree_hash=info["tree_hash"], key=key, reused=True,
                                 patches=tuple(hashes), patch_hashes=hashes, head=info.get("head", ""))
-        else:
+            changes = self.tree_changes(tree, touch=marker)
+            if changes:
+                shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
+                self.log(f"warning: tree {key} ({commit[:12]} + {', '.join(hashes) or 'no patches'}) was modified "
+                         f"after it was prepared ({shown}): rebuilding it")
+                self._remove_worktree(*self._paths(key))
+                tree = None
+        if tree is None:
             tree = self._create(key, commit, patches)
         if build and self.target.build:
             tree = self.build(tree)
@@ -743,12 +751,63 @@ class TreeManager:
         self._g("worktree", "prune", what="git worktree prune", check=False)
 
     def verify(self, tree: PreparedTree) -> bool:
-        """Slow check that a tree still holds exactly what was prepared (``git status`` is clean,
-        untracked build outputs aside, and HEAD is the prepared commit)."""
-        res = self._run(["git", "status", "--porcelain", "--untracked-files=no"], what="git status",
-                        cwd=tree.path, check=False)
-        head = self._run(["git", "rev-parse", "HEAD"], what="git rev-parse", cwd=tree.path, check=False)
-        return res.ok and not res.stdout.strip() and head.stdout.strip() == tree.head
+        """True when ``tree`` still holds exactly what was prepared (and built): see
+        :meth:`tree_changes`."""
+        return not self.tree_changes(tree)
+
+    def tree_changes(self, tree: PreparedTree, *, touch: str | None = None) -> list[str]:
+        """What differs in ``tree`` from what was prepared, one short line per change
+        (``"deleted knobs_slow.py"``, ``"HEAD is 0123456789ab, not the prepared ..."``); empty when
+        the tree is intact.
+
+        One ``git status`` (tracked files only: git compares each file's stat data with its index,
+        ctime included, which no program can set back, and hashes the content when in doubt), so
+        untracked build outputs (``pip install -e .``, compiled extensions, ``build/``) never count
+        while a modified, deleted or staged tracked file, or a moved HEAD, does. Changes to tracked
+        files that the build step itself made are its baseline (recorded with their content hash
+        by :meth:`build`), not changes. ``touch``: also bump this marker's mtime in the same host
+        command (one round trip over SSH).
+        """
+        state = self._status(tree.path, touch=touch)
+        if state is None:
+            return [f"the tree folder {tree.path} is missing or not a git worktree"]
+        head, entries = state
+        changes = []
+        if tree.head and head != tree.head:
+            changes.append(f"HEAD is {head[:12] or '(none)'}, not the prepared {tree.head[:12]}")
+        if entries and self.target.build:
+            baseline = (self._read_json(self._paths(tree.key)[2]) or {}).get("tracked_changes")
+            if baseline is not None and sorted(baseline) == sorted(entries) and \
+                    self._hashes(tree.path, entries) == baseline:
+                entries = {}
+        changes += [f"{what} {path}" for path, what in sorted(entries.items())]
+        return changes
+
+    def _status(self, path: str, *, touch: str | None = None) -> tuple[str, dict[str, str]] | None:
+        """(HEAD sha, {path: "modified"|"deleted"|...}) of a worktree, or None when it is not one."""
+        argv = _git("-C", path, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=no",
+                    "--ignore-submodules=all")
+        # Optional locks allowed: git may write back the refreshed index, so files checked out in the
+        # same instant as the index (racily clean) are hashed once, not on every reuse.
+        env = {**GIT_ENV, "GIT_OPTIONAL_LOCKS": None}
+        if touch and self.host.is_local:
+            self._touch(touch)
+        elif touch:
+            argv = ["sh", "-c", 'touch -c "$1" 2>/dev/null; shift; exec "$@"', "bisect-lab-verify", touch, *argv]
+        res = self.host.quick(argv, timeout_s=self.git_timeout_s, env=env)
+        if not res.ok:
+            return None
+        return _parse_status(res.stdout)
+
+    def _hashes(self, path: str, entries: Mapping[str, str]) -> dict[str, str]:
+        """{path: [what, content hash or ""]} of changed tracked files (a build's baseline)."""
+        present = [p for p, what in sorted(entries.items()) if what != "deleted"]
+        ids: list[str] = []
+        if present:
+            res = self._run(_git("-C", path, "hash-object", "--", *present), what="git hash-object", check=False)
+            ids = res.stdout.split() if res.ok else []
+        blobs = dict(zip(present, ids)) if len(ids) == len(present) else {}
+        return {p: [what, blobs.get(p, "")] for p, what in entries.items()}
 
     # ------------------------------------------------------------------ build / environment
     def build(self, tree: PreparedTree) -> PreparedTree:
@@ -778,8 +837,15 @@ class TreeManager:
                              tree=tree.path, output_tail=tail)
             self._build_failed[tree.key] = err
             raise err
-        self._write_json(bmarker, {"tree_hash": tree.tree_hash, "command": cmd, "duration_s": res.duration_s,
-                                   "built": time.time()})
+        record = {"tree_hash": tree.tree_hash, "command": cmd, "duration_s": res.duration_s, "built": time.time()}
+        state = self._status(tree.path)
+        if state and state[1]:
+            # A build that rewrites tracked files (a generated version file): that state, content
+            # included, is what later reuses are checked against.
+            record["tracked_changes"] = self._hashes(tree.path, state[1])
+            self.log(f"build step {cmd!r} changed tracked files in tree {tree.key}: "
+                     + ", ".join(sorted(state[1])[:5]))
+        self._write_json(bmarker, record)
         if self.max_bytes is not None:     # a build can grow the tree a lot: refresh its size
             _, marker, _ = self._paths(tree.key)
             data = self._read_json(marker)
@@ -957,6 +1023,41 @@ if [ -n "$bundle" ]; then
 fi
 g update-ref --stdin || exit 3
 """
+
+
+_STATUS_WORDS = {"M": "modified", "D": "deleted", "T": "type changed", "A": "added", "R": "renamed",
+                 "C": "copied", "U": "unmerged"}
+
+
+def _parse_status(out: str) -> tuple[str, dict[str, str]]:
+    """(HEAD sha, {path: change}) from ``git status --porcelain=v2 --branch -z``.
+
+    A change in the worktree wins over a staged one in the word (``deleted`` rather than
+    ``modified`` for a file staged and then removed); the origin of a rename is listed as renamed.
+    """
+    head, entries = "", {}
+    records = out.split("\0")
+    i = 0
+    while i < len(records):
+        rec = records[i]
+        i += 1
+        if rec.startswith("# branch.oid "):
+            head = rec.split()[2] if rec.split()[2] != "(initial)" else ""
+            continue
+        kind = rec[:1]
+        fields = {"1": 8, "2": 9, "u": 10}.get(kind)
+        if fields is None:
+            continue
+        parts = rec.split(" ", fields)
+        if len(parts) <= fields:
+            continue
+        xy, path = parts[1], parts[fields]
+        y, x = xy[1:2], xy[:1]
+        entries[path] = _STATUS_WORDS.get(y if y != "." else x, "changed")
+        if kind == "2" and i < len(records):
+            entries[records[i]] = "renamed"           # the rename's origin: the next -z record
+            i += 1
+    return head, entries
 
 
 def _parse_commits(out: str) -> list[CommitInfo]:

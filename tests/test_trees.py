@@ -119,18 +119,70 @@ def test_reuse_is_keyed_by_content_and_survives_a_new_manager(host, world, tmp_p
     assert t4.key != t3.key and not t4.reused and t4.commit == repo.head("main~1")
 
 
-def test_reuse_runs_no_git_process_and_is_fast(host, world, monkeypatch):
+def test_reuse_runs_one_git_status_and_is_fast(host, world, monkeypatch):
     repo, ps = world
     tm = manager(host, repo, ps)
     tm.prepare(["fix-a", "fix-b"])
     calls = []
-    real_run = host.run
-    monkeypatch.setattr(host, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
+    real_run = host.run                                    # LocalHost.quick runs through run
+    monkeypatch.setattr(host, "run", lambda *a, **k: calls.append(a[0]) or real_run(*a, **k))
     t0 = time.perf_counter()
     for _ in range(20):
         assert tm.prepare(["fix-a", "fix-b"]).reused
     per_call = (time.perf_counter() - t0) / 20
-    assert calls == [] and per_call < 0.05
+    # The only process of a reuse: the verification, one `git status` of tracked files.
+    assert len(calls) == 20 and all("status" in c and "--untracked-files=no" in c for c in calls)
+    assert per_call < 0.05
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote-code-path"])
+def test_a_reused_tree_that_a_benchmark_modified_is_rebuilt(tmp_path, world, remote):
+    """A benchmark that edits its tree must not poison later trials: tracked files modified,
+    deleted or staged, or HEAD moved, make the next prepare rebuild the tree (and say what
+    changed); untracked build outputs do not, and the build then runs once per tree."""
+    repo, ps = world
+    host = (NonLocalHost if remote else LocalHost)(cache_dir=tmp_path / "cache")
+    builds = tmp_path / "builds.txt"
+    target = Target(repo=str(repo.path), ref="main",
+                    build=f"echo x >> '{builds}' && mkdir -p build && touch build/ext.so pkg/_c.so")
+    logs = []
+    tm = TreeManager(host, target, ps, log=logs.append)
+    t = tm.prepare(["fix-a"])
+    again = tm.prepare(["fix-a"])
+    assert again.reused and again.built and tm.verify(again)
+    assert builds.read_text().count("x") == 1            # untracked build outputs: no rebuild
+    a = Path(t.path, "pkg/a.py")
+    for damage, word in [(lambda: a.write_text("A1 = 'edited by the benchmark'\n"), "modified pkg/a.py"),
+                         (lambda: a.unlink(), "deleted pkg/a.py"),
+                         (lambda: (a.write_text("staged\n"), git(t.path, "add", "pkg/a.py")), "modified pkg/a.py"),
+                         (lambda: git(t.path, "checkout", "-q", "--detach", repo.head("main~1")), "HEAD is")]:
+        damage()
+        assert not tm.verify(t)
+        logs.clear()
+        fresh = TreeManager(host, target, ps, log=logs.append).prepare(["fix-a"])   # a later campaign
+        assert not fresh.reused and fresh.path == t.path
+        assert "A1 = 'patched'" in a.read_text() and tm.verify(fresh)
+        warning = [l for l in logs if l.startswith("warning:")]
+        assert len(warning) == 1 and word in warning[0] and "rebuilding" in warning[0], logs
+    assert builds.read_text().count("x") == 5            # the rebuilt tree was built again
+
+
+def test_a_build_that_rewrites_tracked_files_is_its_own_baseline(host, world, tmp_path):
+    repo, ps = world
+    builds = tmp_path / "builds.txt"
+    target = Target(repo=str(repo.path), ref="main",
+                    build=f"echo x >> '{builds}' && echo \"VERSION = 'generated'\" >> pkg/b.py")
+    tm = TreeManager(host, target, ps)
+    t = tm.prepare(["fix-b"])
+    for _ in range(3):
+        assert tm.prepare(["fix-b"]).reused
+    assert builds.read_text().count("x") == 1 and tm.verify(t)
+    # An edit on top of what the build wrote is still seen (the content is compared).
+    Path(t.path, "pkg/b.py").write_text(Path(t.path, "pkg/b.py").read_text().replace("B3 = 33", "B3 = 0"))
+    assert tm.tree_changes(t) == ["modified pkg/b.py"]
+    rebuilt = tm.prepare(["fix-b"])
+    assert not rebuilt.reused and builds.read_text().count("x") == 2
+    assert "B3 = 33" in Path(t.path, "pkg/b.py").read_text()
 
 
 def test_concurrent_preparation_of_one_arm_builds_it_once(host, world):
