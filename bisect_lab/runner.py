@@ -127,8 +127,8 @@ class HostWorker:
                 ok, msg = self._import_ok[key]
                 if not ok:
                     return fail(TrialStatus.IMPORT_CHECK_FAILED, msg)
-            out_dir = f"{self.host.cache_root()}/out/{campaign}/{index}"
-            self.host.quick(["mkdir", "-p", out_dir], timeout_s=30).check("creating the trial's output folder")
+            # Fresh and empty for every attempt: a resume after kill -9 reuses the killed trial's index.
+            out_dir = self.trees.trial_out_dir(campaign, index)
 
             gpu_before = None
             extra: dict = {}

@@ -43,9 +43,9 @@ from .hosts.base import CommandResult, Host, HostCommandError
 from .model import Patch, PatchSet, Target
 from .patchset import closure, dependency_order
 
-__all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "PreparedTree",
-           "RepoEntry", "TreeEntry", "TreeManager", "cache_info", "check_patchset", "prune_cache",
-           "repo_id"]
+__all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "KEEP_OUT_CAMPAIGNS",
+           "OutEntry", "PreparedTree", "Pruned", "RepoEntry", "TreeEntry", "TreeManager", "benchmark_python",
+           "cache_info", "check_patchset", "prune_cache", "prune_outputs", "repo_id"]
 
 _KEY_VERSION = "bisect-lab-tree-v1"
 # Overlay for every git call: English messages (we parse stderr), no prompts, no inherited
@@ -66,6 +66,9 @@ _IDENTITY = {
 _REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
 _HEAD_REF = "refs/remotes/origin/HEAD"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+# Per-trial {out} folders are only read by the trial's own parser; the newest campaigns' are kept
+# for people to look at, the rest go (a benchmark's output files can be hundreds of MB per trial).
+KEEP_OUT_CAMPAIGNS = 10
 
 
 # --------------------------------------------------------------------------- data
@@ -143,21 +146,54 @@ class RepoEntry:
 
 
 @dataclass(frozen=True)
+class OutEntry:
+    """The per-trial ``{out}`` folders of one campaign on a host (``out/<campaign>/<trial>``)."""
+
+    campaign: str
+    path: str
+    trials: int             # trial folders in it
+    last_used: float        # unix time (folder mtime: a new trial folder bumps it)
+    size_bytes: int | None  # None when not measured
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class CacheInfo:
     """What ``bisect-lab cache`` shows."""
 
     root: str
     repos: tuple[RepoEntry, ...]
     trees: tuple[TreeEntry, ...]
+    outputs: tuple[OutEntry, ...] = ()
+
+    @property
+    def out_bytes(self) -> int:
+        return sum(o.size_bytes or 0 for o in self.outputs)
 
     @property
     def total_bytes(self) -> int:
-        return sum(t.size_bytes or 0 for t in self.trees)
+        """Trees and ``{out}`` folders together (what measured sizes there are)."""
+        return sum(t.size_bytes or 0 for t in self.trees) + self.out_bytes
 
     def to_dict(self) -> dict:
-        """Plain data for ``--json``: root, total_bytes, repos and trees (LRU first)."""
-        return {"root": self.root, "total_bytes": self.total_bytes,
-                "repos": [asdict(r) for r in self.repos], "trees": [t.to_dict() for t in self.trees]}
+        """Plain data for ``--json``: root, total_bytes, out_bytes, repos, trees (LRU first) and
+        outputs (the per-trial ``{out}`` folders by campaign, least recently used first)."""
+        return {"root": self.root, "total_bytes": self.total_bytes, "out_bytes": self.out_bytes,
+                "repos": [asdict(r) for r in self.repos], "trees": [t.to_dict() for t in self.trees],
+                "outputs": [o.to_dict() for o in self.outputs]}
+
+
+class Pruned(list):
+    """The trees :func:`prune_cache` removed (a list, as before), with the ``{out}`` folders it
+    removed as ``.outputs``."""
+
+    outputs: list[OutEntry]
+
+    def __init__(self, trees=(), outputs=()):
+        super().__init__(trees)
+        self.outputs = list(outputs)
 
 
 @dataclass(frozen=True)
@@ -286,7 +322,7 @@ class TreeManager:
                  max_trees: int | None = 32, max_bytes: int | None = None,
                  log: Callable[[str], None] | None = None, auto_fetch: bool = True,
                  git_timeout_s: float = 600.0, fetch_timeout_s: float = 3600.0,
-                 build_timeout_s: float = 3600.0):
+                 build_timeout_s: float = 3600.0, keep_out_campaigns: int | None = KEEP_OUT_CAMPAIGNS):
         self.host = host
         self.target = target
         self.patchset = patchset
@@ -305,6 +341,8 @@ class TreeManager:
         self._resolved: dict[str, str] = {}
         self._build_failed: dict[str, BuildError] = {}
         self._shipped: dict[str, str] = {}
+        self.keep_out_campaigns = keep_out_campaigns
+        self._out_pruned: set[str] = set()
 
     # ------------------------------------------------------------------ git plumbing
     def _run(self, argv: Sequence[str], *, what: str, cwd: str | None = None,
@@ -892,6 +930,30 @@ class TreeManager:
         err = (res.stderr.strip().splitlines() or ["no output"])[-1]
         return False, f"import check of {mod} failed ({'timed out' if res.timed_out else err})"
 
+    # ------------------------------------------------------------------ per-trial {out} folders
+    def trial_out_dir(self, campaign: str, index: int) -> str:
+        """A fresh, empty ``{out}`` folder for one attempt of trial ``index`` (``out/<campaign>/<index>``
+        under the host's cache root), made by one host command.
+
+        Whatever an earlier attempt left there goes first: after ``kill -9`` a resume gives the
+        next trial the unfinished trial's index, and a partial result file from the killed attempt
+        must never be parsed as the new one's. On the first trial of each campaign this manager
+        runs, the ``{out}`` folders of all but the newest ``keep_out_campaigns`` campaigns (this one
+        always kept) are removed as well.
+        """
+        root = posixpath.join(self.host.cache_root(), "out")
+        path = posixpath.join(root, campaign, str(int(index)))
+        keep = self.keep_out_campaigns if campaign not in self._out_pruned and self.keep_out_campaigns else 0
+        res = self.host.quick(["bash", "-c", _OUT_SCRIPT, "bisect-lab-out", root, path, str(max(0, keep)), campaign],
+                              timeout_s=max(300.0, self.git_timeout_s))
+        res.check("creating the trial's output folder")
+        self._out_pruned.add(campaign)
+        pruned = [l.split(" ", 1)[1] for l in res.stdout.splitlines() if l.startswith("PRUNED ")]
+        if pruned:
+            self.log(f"removed the {{out}} folders of {len(pruned)} older campaign(s) on {self.host.name} "
+                     f"(the newest {keep} are kept): {', '.join(pruned[:3])}{' ...' if len(pruned) > 3 else ''}")
+        return path
+
     # ------------------------------------------------------------------ cache bounds
     def cache_info(self) -> CacheInfo:
         """Cache info restricted to this repository."""
@@ -1010,6 +1072,23 @@ echo "DONE"
 """
 
 
+# A fresh {out} folder for one attempt, and (keep > 0) removal of the {out} folders of campaigns other
+# than the newest `keep` by folder mtime (the current one never). argv: root dir keep current.
+_OUT_SCRIPT = r"""
+set -u
+root=$1 dir=$2 keep=$3 current=$4
+rm -rf -- "$dir" && mkdir -p -- "$dir" || exit 1
+[ "$keep" -gt 0 ] || exit 0
+find "$root" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %P\0' | sort -z -r -n | tail -z -n "+$((keep + 1))" |
+while IFS= read -r -d '' line; do
+    name=${line#* }
+    [ "$name" = "$current" ] && continue
+    rm -rf -- "$root/$name" && printf 'PRUNED %s\n' "$name"
+done
+exit 0
+"""
+
+
 # Fetch a shipped bundle (if any) and set the refs to the source's values, atomically.
 # argv: git_dir bundle-or-empty refspecs...; the ref updates (update-ref --stdin lines) on stdin.
 _SHIP_SCRIPT = r"""
@@ -1091,12 +1170,23 @@ def _local_staging_repo(folder: str) -> str:
 
 
 # --------------------------------------------------------------------------- cache (all repos)
-def _scan_local(root):
-    """Markers and metadata of every cached repository under ``root`` (runs on the host: for a
-    remote host this function's source is sent to its Python, so it imports what it needs)."""
+def _scan_local(root, out_root=None):
+    """Markers and metadata of every cached repository under ``root``, and the per-campaign
+    ``{out}`` folders under ``out_root`` (runs on the host: for a remote host this function's
+    source is sent to its Python, so it imports what it needs)."""
     import json
     import os
-    out = {"repos": [], "trees": []}
+    out = {"repos": [], "trees": [], "outputs": []}
+    if out_root and os.path.isdir(out_root):
+        for name in sorted(os.listdir(out_root)):
+            p = os.path.join(out_root, name)
+            try:
+                if not os.path.isdir(p) or os.path.islink(p):
+                    continue
+                n = sum(1 for e in os.scandir(p) if e.is_dir(follow_symlinks=False))
+                out["outputs"].append({"campaign": name, "path": p, "trials": n, "last_used": os.stat(p).st_mtime})
+            except OSError:
+                continue
     if not os.path.isdir(root):
         return out
     for rid in sorted(os.listdir(root)):
@@ -1130,18 +1220,22 @@ def _scan_local(root):
 
 
 def _scan(host: Host, repos_root: str) -> dict:
+    out_root = posixpath.join(posixpath.dirname(repos_root), "out")
     if host.is_local:
-        return _scan_local(repos_root)
+        return _scan_local(repos_root, out_root)
     import inspect
-    code = inspect.getsource(_scan_local) + "\nimport json, sys\nprint(json.dumps(_scan_local(sys.argv[1])))\n"
-    res = host.python(code, repos_root, timeout_s=120.0)
+    code = inspect.getsource(_scan_local) + "\nimport json, sys\nprint(json.dumps(_scan_local(*sys.argv[1:3])))\n"
+    res = host.python(code, repos_root, out_root, timeout_s=120.0)
     if not res.ok:
         raise HostCommandError("listing the tree cache", res)
     return json.loads(res.stdout)
 
 
 def _list_trees(host: Host, repos_root: str) -> list[TreeEntry]:
-    data = _scan(host, repos_root)
+    return _trees_of(_scan(host, repos_root))
+
+
+def _trees_of(data: dict) -> list[TreeEntry]:
     trees = [TreeEntry(repo=t.get("repo", ""), key=t["key"], path=t["path"], commit=t.get("commit", ""),
                        tree_hash=t.get("tree_hash", ""), patches=tuple(t.get("patches", [])),
                        last_used=t["last_used"], size_bytes=t.get("size_bytes"), built=t["built"])
@@ -1178,26 +1272,53 @@ def _as_host(host: "Host | str | os.PathLike") -> Host:
 
 
 def cache_info(host: "Host | str | os.PathLike", *, sizes: bool = False) -> CacheInfo:
-    """Every cached repository and tree on ``host`` (for ``bisect-lab cache``), trees least
-    recently used first. ``host`` may also be a local cache folder. ``sizes=True`` measures trees
-    whose size is not recorded (``du``)."""
+    """Every cached repository and tree, and the per-trial ``{out}`` folders by campaign, on
+    ``host`` (for ``bisect-lab cache``), least recently used first. ``host`` may also be a local
+    cache folder. ``sizes=True`` measures trees whose size is not recorded, and the ``{out}``
+    folders (``du``)."""
     host = _as_host(host)
     root = posixpath.join(host.cache_root(), "repos")
     data = _scan(host, root)
-    trees = _list_trees(host, root)
+    trees = _trees_of(data)
+    outputs = _outputs_of(data)
     if sizes:
-        out = []
-        for t in trees:
-            if t.size_bytes is None:
-                res = host.run(["du", "-sk", t.path], timeout_s=300)
-                try:
-                    t = _replace_entry(t, size_bytes=int(res.stdout.split()[0]) * 1024)
-                except (IndexError, ValueError):
-                    pass
-            out.append(t)
-        trees = out
+        def du(path: str) -> int | None:
+            res = host.run(["du", "-sk", path], timeout_s=300)
+            try:
+                return int(res.stdout.split()[0]) * 1024
+            except (IndexError, ValueError):
+                return None
+        trees = [t if t.size_bytes is not None else _replace_entry(t, size_bytes=du(t.path)) for t in trees]
+        outputs = [_replace_entry(o, size_bytes=du(o.path)) for o in outputs]
     repos = tuple(RepoEntry(repo=r["repo"], path=r["path"], trees=r["trees"]) for r in data["repos"])
-    return CacheInfo(root=host.cache_root(), repos=repos, trees=tuple(trees))
+    return CacheInfo(root=host.cache_root(), repos=repos, trees=tuple(trees), outputs=tuple(outputs))
+
+
+def _outputs_of(data: dict) -> list[OutEntry]:
+    outs = [OutEntry(campaign=o["campaign"], path=o["path"], trials=o["trials"], last_used=o["last_used"],
+                     size_bytes=None) for o in data.get("outputs", [])]
+    return sorted(outs, key=lambda o: o.last_used)
+
+
+def prune_outputs(host: "Host | str | os.PathLike", *, keep_campaigns: int | None = None, all: bool = False,
+                  log: Callable[[str], None] | None = None) -> list[OutEntry]:
+    """Remove the per-trial ``{out}`` folders of all but the ``keep_campaigns`` most recently used
+    campaigns on ``host`` (``all=True``: every campaign's). Nothing bisect-lab reads after a trial
+    lives there (results, fingerprints and reports are in the results database). Returns what was
+    removed."""
+    host = _as_host(host)
+    outputs = _outputs_of(_scan(host, posixpath.join(host.cache_root(), "repos")))
+    if all:
+        victims = outputs
+    elif keep_campaigns is not None:
+        victims = outputs[:max(0, len(outputs) - max(0, keep_campaigns))]
+    else:
+        victims = []
+    for o in victims:
+        if log:
+            log(f"removing the {{out}} folders of campaign {o.campaign} ({o.trials} trials)")
+        host.run(["rm", "-rf", "--", o.path], timeout_s=600)
+    return victims
 
 
 def _replace_entry(t: TreeEntry, **kw) -> TreeEntry:
@@ -1207,11 +1328,14 @@ def _replace_entry(t: TreeEntry, **kw) -> TreeEntry:
 
 def prune_cache(host: "Host | str | os.PathLike", *, max_trees: int | None = None,
                 max_bytes: int | None = None, older_than_s: float | None = None, all: bool = False,
-                everything: bool = False, log: Callable[[str], None] | None = None) -> list[TreeEntry]:
+                everything: bool = False, keep_out_campaigns: int | None = None,
+                log: Callable[[str], None] | None = None) -> Pruned:
     """Remove trees across every cached repository on ``host`` (or local cache folder): least
     recently used first until at most ``max_trees`` / ``max_bytes`` remain, plus every tree unused
-    for ``older_than_s`` seconds (``all=True`` or ``everything=True``: every tree). Clone caches
-    are kept. Returns the removed trees."""
+    for ``older_than_s`` seconds (``all=True`` or ``everything=True``: every tree, and every
+    per-trial ``{out}`` folder). ``keep_out_campaigns``: also remove the ``{out}`` folders of all
+    but that many most recently used campaigns. Clone caches are kept. Returns the removed trees
+    (a list), with the removed ``{out}`` folders as ``.outputs``."""
     host = _as_host(host)
     all = all or everything
     root = posixpath.join(host.cache_root(), "repos")
@@ -1230,7 +1354,9 @@ def prune_cache(host: "Host | str | os.PathLike", *, max_trees: int | None = Non
                  env=GIT_ENV)
         host.run(["rm", "-rf", t.path], timeout_s=600)
         host.run(_git("worktree", "prune", git_dir=git_dir), timeout_s=120, env=GIT_ENV)
-    return victims
+    outputs = prune_outputs(host, keep_campaigns=keep_out_campaigns, all=all, log=log) \
+        if all or keep_out_campaigns is not None else []
+    return Pruned(victims, outputs)
 
 
 # --------------------------------------------------------------------------- check

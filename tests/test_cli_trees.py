@@ -38,3 +38,62 @@ def test_a_benchmark_that_edits_its_tree_does_not_poison_later_trials(tmp_path):
         assert len(all_arm) == 3 and all(status == "ok" for _, status, _ in rows)
         assert all(v == pytest.approx(70, rel=0.06) for v in all_arm), rows
         assert "deleted knobs_slow.py" in p.stderr and "rebuilding" in p.stderr, p.stderr
+
+
+# --------------------------------------------------------------------------- {out} of a resumed trial
+STALE = """#!/bin/sh
+# The attempt that will be killed: a partial result file, then a hang until kill -9.
+if [ -e "$2" ]; then echo '{"output_throughput": 1.0}' > "$1/res.jsonl"; exec sleep 61.5; fi
+"""
+
+
+def test_a_resumed_trial_gets_an_empty_out_folder_not_the_killed_attempts(tmp_path):
+    import os
+    import signal
+    import time
+
+    import psutil
+    flag = tmp_path / "hang-once"
+    (tmp_path / "stale.sh").write_text(STALE)
+    exp = make_toy(tmp_path, timeout_s=90, bench_command=f"sh {tmp_path / 'stale.sh'} {{out}} {flag}; python3 bench.py")
+    flag.write_text("1")
+    cmd = [sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+           str(tmp_path / "cache"), "run", str(exp), "--patches", "none", "--repeat", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((tmp_path / "cache" / "out").glob("*/0/res.jsonl")):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for q in psutil.process_iter(["cmdline"]):            # the hang this test started, by its pid
+        if q.info["cmdline"] == ["sleep", "61.5"]:
+            q.kill()
+    assert list((tmp_path / "cache" / "out").glob("*/0/res.jsonl")), "the killed attempt wrote no result file"
+    flag.unlink()
+    p = cli(tmp_path, "run", exp, "--patches", "none", "--repeat", "1", "--resume", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = metric_by_trial(tmp_path, json.loads(p.stdout)["campaign"])
+    # Trial 0 again (the killed one was never stored), measured by this attempt: about 100, not 1.0.
+    # (One arm alone is compared with "all": that one comes second.)
+    assert rows[0][:2] == ("none", "ok") and rows[0][2] == pytest.approx(100, rel=0.06), rows
+    assert all(s == "ok" and v > 50 for _, s, v in rows), rows
+
+
+# --------------------------------------------------------------------------- {out} folders are bounded
+def test_out_folders_are_counted_and_removed_by_cache_prune(tmp_path):
+    exp = make_toy(tmp_path, bench_command="python3 bench.py > {out}/bench.log; cat {out}/bench.log")
+    for _ in range(2):
+        assert cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "2").returncode == 0
+    info = json.loads(cli(tmp_path, "cache", "--json").stdout)
+    assert [o["trials"] for o in info["outputs"]] == [2, 2] and info["out_bytes"] > 0
+    assert info["total_bytes"] >= info["out_bytes"] + sum(t["size_bytes"] for t in info["trees"])
+    assert "{out} folders of 2 campaign(s) (4 trials" in cli(tmp_path, "cache").stdout
+    p = cli(tmp_path, "cache", "prune", "--keep-out", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    removed = json.loads(p.stdout)
+    assert [(r["kind"], r["campaign"]) for r in removed] == [("out", info["outputs"][0]["campaign"])]
+    p = cli(tmp_path, "cache", "prune", "--all")
+    assert p.returncode == 0 and "removed 1 tree(s) and the {out} folders of 1 campaign(s) (2 trials)" in p.stdout
+    assert list((tmp_path / "cache" / "out").iterdir()) == []
+    assert json.loads(cli(tmp_path, "cache", "--json").stdout)["outputs"] == []
+    assert "--keep-out" in one_line_error(cli(tmp_path, "cache", "prune", "--keep-out", "-1"), 2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import subprocess
 import sys
 import time
@@ -371,6 +372,36 @@ def test_lru_pruning_by_bytes(host, world):
     assert cache_info(host).trees[0].size_bytes > 0
 
 
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote-code-path"])
+def test_trial_out_dirs_are_fresh_and_bounded(tmp_path, world, remote):
+    repo, ps = world
+    host = (NonLocalHost if remote else LocalHost)(cache_dir=tmp_path / "cache")
+    out = tmp_path / "cache" / "out"
+    for i in range(5):                                     # five older campaigns, oldest first
+        Path(out, f"old{i}", "0").mkdir(parents=True)
+        Path(out, f"old{i}", "0", "big.log").write_text("x" * 1000)
+        os.utime(Path(out, f"old{i}"), (1000 + i, 1000 + i))
+    Path(out, "cur", "0").mkdir(parents=True)
+    Path(out, "cur", "0", "res.jsonl").write_text('{"output_throughput": 1.0}\n')   # a killed attempt's
+    os.utime(Path(out, "cur"), (900, 900))                 # a resumed old campaign: the oldest folder
+    logs = []
+    tm = manager(host, repo, ps, keep_out_campaigns=3, log=logs.append)
+    d = tm.trial_out_dir("cur", 0)
+    assert d == str(out / "cur" / "0") and list(Path(d).iterdir()) == []
+    assert sorted(p.name for p in out.iterdir()) == ["cur", "old3", "old4"]
+    assert any("older campaign(s)" in l and "old0" in l for l in logs)
+    Path(out, "newer", "0").mkdir(parents=True)
+    assert tm.trial_out_dir("cur", 1) == str(out / "cur" / "1")     # pruned once per campaign
+    assert sorted(p.name for p in out.iterdir()) == ["cur", "newer", "old3", "old4"]
+    info = cache_info(host, sizes=True)
+    assert {o.campaign: o.trials for o in info.outputs} == {"cur": 2, "newer": 1, "old3": 1, "old4": 1}
+    assert info.out_bytes >= 2000 and info.to_dict()["outputs"][0]["campaign"] == "old3"
+    removed = prune_cache(host, keep_out_campaigns=2)
+    assert list(removed) == [] and [o.campaign for o in removed.outputs] == ["old3", "old4"]
+    assert sorted(o.campaign for o in prune_cache(host, all=True).outputs) == ["cur", "newer"]
+    assert list(out.iterdir()) == [] and cache_info(host).outputs == ()
+
+
 # --------------------------------------------------------------------------- build / env
 def test_build_runs_once_per_tree_and_failure_is_reported(host, world, tmp_path):
     repo, ps = world
@@ -536,3 +567,13 @@ def test_prepare_over_ssh(tmp_path, world, sshd):
             tm.prepare(["fix-a", "clash"])
         assert [x.key for x in cache_info(host).trees] == [t.key]
         assert check_patchset(host, target, ps).conflicts[0].patches == ("dep-on-a", "clash")
+        # A trial's {out} folder is emptied of what an earlier attempt left (a resume after kill -9).
+        stale = f"{host.cache_root()}/out/c1/0/res.jsonl"
+        host.write_bytes(stale, b'{"output_throughput": 1.0}\n')
+        assert tm.trial_out_dir("c1", 0) == posixpath.dirname(stale) and not host.exists(stale)
+        assert [(o.campaign, o.trials) for o in cache_info(host).outputs] == [("c1", 1)]
+        # A benchmark that edits its tree: the next reuse sees it and rebuilds, over SSH too.
+        host.run(["rm", "-f", f"{t.path}/pkg/b.py"], timeout_s=30).check("rm")
+        assert tm.tree_changes(t) == ["deleted pkg/b.py"]
+        again = TreeManager(host, target, ps).prepare(["fix-b", "dep-on-a"])
+        assert not again.reused and host.exists(f"{t.path}/pkg/b.py")
