@@ -43,7 +43,7 @@ from .hosts.base import CommandResult, Host, HostCommandError
 from .model import Patch, PatchSet, Target
 from .patchset import closure, dependency_order
 
-__all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "KEEP_OUT_CAMPAIGNS",
+__all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "ImportCheck", "KEEP_OUT_CAMPAIGNS",
            "OutEntry", "PreparedTree", "Pruned", "RepoEntry", "TreeEntry", "TreeManager", "benchmark_python",
            "cache_info", "check_patchset", "prune_cache", "prune_outputs", "repo_id"]
 
@@ -264,6 +264,21 @@ class CheckReport:
         return [head + ":"] + ["  " + f.line() for f in self.failures]
 
 
+@dataclass(frozen=True)
+class ImportCheck:
+    """What :meth:`TreeManager.import_probe` found: ``origin`` is the file the module resolves to
+    (empty when it does not resolve), ``python`` the interpreter that answered."""
+
+    ok: bool
+    module: str
+    origin: str
+    python: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"module": self.module, "origin": self.origin, "python": self.python, "ok": self.ok}
+
+
 # --------------------------------------------------------------------------- helpers
 def repo_id(repo: str) -> str:
     """Cache folder name of a target repository (path or URL)."""
@@ -294,6 +309,26 @@ def apply_error(stderr: str) -> tuple[str | None, str]:
             return m.group("file"), reason
     lines = [l.removeprefix("error: ").removeprefix("fatal: ") for l in stderr.splitlines() if l.strip()]
     return None, (lines[0] if lines else "git apply failed")
+
+
+_PYTHON_WORD = re.compile(r"^python(\d+(\.\d+)*)?$")
+
+
+def benchmark_python(command: str, tree: str | None = None) -> str | None:
+    """The interpreter a benchmark command starts: its first word named ``python``, ``python3``,
+    ``python3.11`` (a path allowed: ``.venv/bin/python``, ``{tree}/env/bin/python``), or None
+    (``torchrun ...``, ``bash run.sh``, or a command that does not parse)."""
+    import shlex
+    if tree is not None:
+        command = command.replace("{tree}", shlex.quote(tree))
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    for w in words:
+        if "=" not in w and _PYTHON_WORD.match(posixpath.basename(w)):
+            return w
+    return None
 
 
 def _git(*args: str, git_dir: str | None = None) -> list[str]:
@@ -902,33 +937,55 @@ class TreeManager:
         return {"PYTHONPATH": ":".join(parts)} if parts else {}
 
     def import_check(self, tree: PreparedTree, env: Mapping[str, str | None] | None = None, *,
-                     cwd: str | None = None, python: str | None = None,
+                     cwd: str | None = None, python: str | None = None, command: str | None = None,
                      timeout_s: float = 120.0) -> tuple[bool, str]:
         """Verify that ``target.import_check`` resolves inside ``tree`` in the trial's environment.
 
-        ``env`` must be the overlay the benchmark gets (default: :meth:`pythonpath_env`); ``cwd``
-        defaults to the tree (where the benchmark runs); ``python`` defaults to the host's interpreter
-        (``host.python_exe``): pass the benchmark's own interpreter when it differs. Returns
-        ``(True, origin)`` or ``(False, message)`` where the message says where it resolved instead.
+        ``(True, origin)`` or ``(False, message)``: see :meth:`import_probe`, which also says which
+        interpreter answered.
+        """
+        res = self.import_probe(tree, env, cwd=cwd, python=python, command=command, timeout_s=timeout_s)
+        return res.ok, (res.origin if res.ok else res.message)
+
+    def import_probe(self, tree: PreparedTree, env: Mapping[str, str | None] | None = None, *,
+                     cwd: str | None = None, python: str | None = None, command: str | None = None,
+                     timeout_s: float = 120.0) -> "ImportCheck":
+        """Where ``target.import_check`` is imported from in the trial's environment, and whether
+        that is inside ``tree``.
+
+        The probe runs the benchmark's own interpreter: ``python``, else the first ``python*`` word
+        of the benchmark ``command`` (``python3 bench.py``, ``.venv/bin/python -m x``,
+        ``{tree}/env/bin/python``), else the host's (``host.python_exe``); with ``env``, the overlay
+        the benchmark gets (default: :meth:`pythonpath_env`), in ``cwd`` (default: the tree), and
+        without the working directory on ``sys.path`` (what ``-c`` would add and a benchmark script
+        does not get): a package at the tree's root that only the working directory makes
+        importable does not pass, while the benchmark would import an installed or PYTHONPATH copy.
         """
         mod = self.target.import_check
         if not mod:
-            return True, "no import check configured"
+            return ImportCheck(True, "", "", "", "no import check configured")
         env = dict(self.pythonpath_env(tree) if env is None else env)
-        exe = python or self.host.python_exe
+        exe = python or benchmark_python(command or "", tree.path) or self.host.python_exe
         res = self.host.run([exe, "-c", _IMPORT_PROBE, mod, tree.path], timeout_s=timeout_s,
                             cwd=cwd or tree.path, env=env)
-        out = res.stdout.strip().splitlines()
-        status, where = (out[-1].split(" ", 1) + [""])[:2] if out else ("", "")
-        if res.ok and status == "INSIDE":
-            return True, where
-        if status == "OUTSIDE":
-            return False, (f"import {mod} resolves to {where}, outside the prepared tree {tree.path} "
-                           f"(an editable install or a PYTHONPATH entry shadows the tree under test)")
-        if status == "MISSING":
-            return False, f"import {mod} cannot be found in the trial's environment (tree {tree.path})"
+        lines = dict((l.split(" ", 1) + [""])[:2] for l in res.stdout.strip().splitlines() if l.strip())
+        used = lines.get("PYTHON", exe)
+        hint = (f"; list the tree folder that holds {mod} in [target] pythonpath (now "
+                f"{list(self.target.pythonpath)}) or remove the other copy")
+        if res.ok and "INSIDE" in lines:
+            return ImportCheck(True, mod, lines["INSIDE"], used, f"import {mod} resolves inside the tree")
+        if "OUTSIDE" in lines:
+            return ImportCheck(False, mod, lines["OUTSIDE"], used,
+                               f"import {mod} resolves to {lines['OUTSIDE']} with {used}, outside the prepared tree "
+                               f"{tree.path}: the benchmark would measure that copy, not the tree under test "
+                               f"(an installed or editable copy, or a PYTHONPATH entry, shadows it){hint}")
+        if "MISSING" in lines:
+            return ImportCheck(False, mod, "", used,
+                               f"import {mod} cannot be found by {used} in the trial's environment, "
+                               f"the working directory aside (tree {tree.path}){hint}")
         err = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        return False, f"import check of {mod} failed ({'timed out' if res.timed_out else err})"
+        return ImportCheck(False, mod, "", used,
+                           f"import check of {mod} with {exe} failed ({'timed out' if res.timed_out else err})")
 
     # ------------------------------------------------------------------ per-trial {out} folders
     def trial_out_dir(self, campaign: str, index: int) -> str:
@@ -992,7 +1049,14 @@ def _replace(tree: PreparedTree, **kw) -> PreparedTree:
 
 _IMPORT_PROBE = r"""
 import importlib.util, os, sys
+# Resolve the module the way the benchmark will import it: from PYTHONPATH, site-packages and .pth
+# files. `-c` puts the working directory (the tree) first on sys.path, which the benchmark does not
+# get when it is a script in a subfolder, a script elsewhere or an entry point: drop it, as
+# `python -P` (3.11+) does, on any version.
+if sys.path and sys.path[0] == "" and not getattr(sys.flags, "safe_path", False):
+    del sys.path[0]
 mod, root = sys.argv[1], os.path.realpath(sys.argv[2])
+print("PYTHON", sys.executable)
 try:
     spec = importlib.util.find_spec(mod)
 except Exception as e:

@@ -97,3 +97,79 @@ def test_out_folders_are_counted_and_removed_by_cache_prune(tmp_path):
     assert list((tmp_path / "cache" / "out").iterdir()) == []
     assert json.loads(cli(tmp_path, "cache", "--json").stdout)["outputs"] == []
     assert "--keep-out" in one_line_error(cli(tmp_path, "cache", "prune", "--keep-out", "-1"), 2)
+
+
+# --------------------------------------------------------------------------- the editable-install trap
+PKG_BENCH = """
+import mypkg
+print("measuring mypkg from", mypkg.__file__)
+print("============ Serving Benchmark Result ============")
+print(f"{'Output token throughput (tok/s):':<40}{mypkg.VALUE:<10.2f}")
+print("==================================================")
+"""
+
+
+def package_at_root_target(tmp_path, pythonpath: str):
+    """vLLM's layout: the package at the repository's root, the benchmark a script in a subfolder;
+    an installed copy of the package (VALUE 50) in a site folder on PYTHONPATH, outside the tree."""
+    from gitrepos import PatchSpec
+    repo = GitRepo.init(tmp_path / "target")
+    repo.commit("package at root", {"mypkg/__init__.py": "VALUE = 100.0\n", "benchmarks/bench.py": PKG_BENCH})
+    write_patchset(tmp_path / "patches", [PatchSpec("fast", repo.patch({"mypkg/__init__.py": "VALUE = 120.0\n"}))])
+    site = tmp_path / "site"
+    (site / "mypkg").mkdir(parents=True)
+    (site / "mypkg" / "__init__.py").write_text("VALUE = 50.0\n")
+    exp = tmp_path / "pkg.toml"
+    exp.write_text(textwrap.dedent(f"""
+        [target]
+        repo = "target"
+        ref = "main"
+        patches = "patches"
+        pythonpath = {pythonpath}
+        import_check = "mypkg"
+
+        [benchmark]
+        command = "python3 benchmarks/bench.py"
+        timeout_s = 20
+        parser = "sglang-bench-serving"
+        metric = "output_throughput"
+
+        [env]
+        PYTHONPATH = "{site}"
+
+        [gpu]
+        enabled = false
+
+        [design]
+        seed = 1
+        retries = 0
+    """))
+    return exp, site
+
+
+def test_an_installed_copy_shadowing_a_package_at_the_tree_root_fails_the_trial(tmp_path):
+    exp, site = package_at_root_target(tmp_path, "[]")
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--patches", "none", "--repeat", "1")
+    # Nothing measured the tree under test: no trial is stored as a measurement.
+    assert p.returncode == 4, (p.returncode, p.stdout, p.stderr)
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        rows = db.execute("SELECT status, error, extra FROM trials").fetchall()
+    assert rows and {s for s, _, _ in rows} == {"import-check-failed"}, rows
+    error, extra = rows[0][1], json.loads(rows[0][2])
+    assert str(site / "mypkg" / "__init__.py") in error and "outside the prepared tree" in error
+    assert "/trees/" in error and "[target] pythonpath" in error
+    assert extra["import"]["origin"] == str(site / "mypkg" / "__init__.py")
+
+
+def test_the_import_origin_is_recorded_with_each_trial(tmp_path):
+    exp, site = package_at_root_target(tmp_path, '["."]')
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--patches", "none", "--repeat", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        rows = db.execute("SELECT arm, status, metrics, extra FROM trials ORDER BY arm").fetchall()
+    assert [(a, s, json.loads(m)["output_throughput"]) for a, s, m, _ in rows] == [
+        ("all", "ok", 120.0), ("none", "ok", 100.0)]
+    for _, _, _, extra in rows:
+        imp = json.loads(extra)["import"]
+        assert imp["module"] == "mypkg" and "/trees/" in imp["origin"] and imp["origin"].endswith("mypkg/__init__.py")
+        assert not imp["origin"].startswith(str(site)) and imp["python"]

@@ -18,9 +18,9 @@ from bisect_lab.errors import PatchError, UsageError
 from bisect_lab.hosts.local import LocalHost
 from bisect_lab.model import Target
 from bisect_lab.patchset import load_patchset
-from bisect_lab.trees import (BuildError, PreparedTree, TreeManager, apply_error, cache_info,
+from bisect_lab.trees import (BuildError, PreparedTree, TreeManager, apply_error, benchmark_python, cache_info,
                               check_patchset, prune_cache)
-from gitrepos import (PatchSpec, dirty_checkout_with_stash, git, linear_repo, merge_repo,
+from gitrepos import (GitRepo, PatchSpec, dirty_checkout_with_stash, git, linear_repo, merge_repo,
                       plain_folder, snapshot, write_patchset)
 
 
@@ -444,6 +444,50 @@ def test_import_check_catches_a_shadowing_install(host, world, tmp_path):
     ok, msg = missing.import_check(t, {})
     assert not ok and "cannot be found" in msg
     assert tm.pythonpath_env(t, inherited="/x") == {"PYTHONPATH": f"{t.path}:/x"}
+
+
+def test_import_check_does_not_count_the_working_directory(host, tmp_path):
+    """vLLM's layout (package at the repository root) with ``pythonpath = []``: the benchmark, a
+    script in a subfolder, imports the copy on PYTHONPATH; the check must see that copy too, not
+    the tree that ``python -c`` in the tree's folder would find through the working directory."""
+    repo = GitRepo.init(tmp_path / "src")
+    repo.commit("package at root", {"mypkg/__init__.py": "VALUE = 1\n", "benchmarks/bench.py": "import mypkg\nprint(mypkg.__file__)\n"})
+    site = tmp_path / "site"
+    (site / "mypkg").mkdir(parents=True)
+    (site / "mypkg" / "__init__.py").write_text("VALUE = 2\n")
+    tm = TreeManager(host, Target(repo=str(repo.path), ref="main", import_check="mypkg"))
+    t = tm.prepare([])
+    env = {"PYTHONPATH": str(site)}
+    res = tm.import_probe(t, env, command="python3 benchmarks/bench.py")
+    assert not res.ok and res.origin == str(site / "mypkg" / "__init__.py") and res.python
+    assert t.path in res.message and str(site) in res.message and "[target] pythonpath" in res.message
+    # What the benchmark itself imports, run the same way: the site copy (the check agrees with it).
+    bench = subprocess.run(["python3", "benchmarks/bench.py"], cwd=t.path, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(site)})
+    assert bench.stdout.strip() == str(site / "mypkg" / "__init__.py"), bench
+    ok, msg = tm.import_check(t, {"PYTHONPATH": None})
+    assert not ok and "cannot be found" in msg                # nothing but the working directory had it
+    listed = TreeManager(host, Target(repo=str(repo.path), ref="main", import_check="mypkg", pythonpath=(".",)))
+    ok, where = listed.import_check(t, {**listed.pythonpath_env(t, str(site))})
+    assert ok and where == os.path.realpath(os.path.join(t.path, "mypkg", "__init__.py"))
+    # The benchmark's own interpreter, taken from its command: here one with an editable install
+    # (a .pth in its site dir) of the user's checkout.
+    pth_site = tmp_path / "pth-site"
+    pth_site.mkdir()
+    (pth_site / "editable.pth").write_text(str(repo.path) + "\n")
+    bindir = tmp_path / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    Path(_python_with_site(tmp_path, pth_site)).rename(bindir / "python3")
+    res = listed.import_probe(t, {"PYTHONPATH": None}, command=f"cd {{tree}} && {bindir / 'python3'} benchmarks/bench.py")
+    assert not res.ok and res.origin == str(repo.path / "mypkg" / "__init__.py")
+
+
+def test_benchmark_python_is_the_commands_interpreter():
+    assert benchmark_python("python3 bench.py") == "python3"
+    assert benchmark_python("CUDA_VISIBLE_DEVICES=0 .venv/bin/python -m sglang.bench_serving") == ".venv/bin/python"
+    assert benchmark_python("{tree}/env/bin/python3.11 x.py", "/t r") == "/t r/env/bin/python3.11"
+    assert benchmark_python("cd x && exec python bench.py {out}") == "python"
+    assert benchmark_python("torchrun --nproc 2 bench.py") is None and benchmark_python("echo 'x") is None
 
 
 def _python_with_site(tmp_path, site) -> str:
