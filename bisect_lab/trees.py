@@ -23,7 +23,11 @@ a tree is therefore clean right after preparation, which is what :meth:`TreeMana
 
 The key of a tree is a hash of the base commit and the ordered patch *contents* (sha256 of each
 patch file), so renaming a patch reuses its tree, and editing one makes a new tree. Reuse is a
-marker read: no git process runs on that path.
+marker read plus one ``git status`` of the tracked files (a benchmark may have modified its tree:
+a tree whose tracked files or HEAD changed is rebuilt, untracked build outputs do not count).
+
+Layout, continued: ``out/<campaign>/<trial>/`` holds the per-trial ``{out}`` folders
+(:meth:`TreeManager.trial_out_dir`: fresh for every attempt; only the newest campaigns' are kept).
 """
 from __future__ import annotations
 
@@ -746,8 +750,10 @@ class TreeManager:
         """A clean tree of ``commit`` (default: the target's ref) with ``arm_patches`` applied.
 
         Patches are applied with what they require, in dependency order. A tree with the same key
-        (base commit + ordered patch contents) that is already prepared is reused: only its marker
-        is read, no git process runs. ``build``: run the target's build step (once per tree hash).
+        (base commit + ordered patch contents) that is already prepared is reused after one
+        ``git status`` (:meth:`tree_changes`); one whose tracked files or HEAD changed since is
+        rebuilt, with a warning in the log naming the changes. ``build``: run the target's build
+        step (once per tree hash).
 
         Raises :class:`PatchError` (patch and file named; no tree is left behind),
         :class:`BuildError`, :class:`UsageError` (unknown patch or ref).
