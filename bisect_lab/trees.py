@@ -1007,11 +1007,14 @@ class TreeManager:
         root = posixpath.join(self.host.cache_root(), "out")
         path = posixpath.join(root, campaign, str(int(index)))
         keep = self.keep_out_campaigns if campaign not in self._out_pruned and self.keep_out_campaigns else 0
-        res = self.host.quick(["bash", "-c", _OUT_SCRIPT, "bisect-lab-out", root, path, str(max(0, keep)), campaign],
-                              timeout_s=max(300.0, self.git_timeout_s))
-        res.check("creating the trial's output folder")
+        if self.host.is_local:
+            pruned = _fresh_out_local(root, path, max(0, keep), campaign)     # no process on the hot path
+        else:
+            res = self.host.quick(["bash", "-c", _OUT_SCRIPT, "bisect-lab-out", root, path, str(max(0, keep)),
+                                   campaign], timeout_s=max(300.0, self.git_timeout_s))
+            res.check("creating the trial's output folder")
+            pruned = [l.split(" ", 1)[1] for l in res.stdout.splitlines() if l.startswith("PRUNED ")]
         self._out_pruned.add(campaign)
-        pruned = [l.split(" ", 1)[1] for l in res.stdout.splitlines() if l.startswith("PRUNED ")]
         if pruned:
             self.log(f"removed the {{out}} folders of {len(pruned)} older campaign(s) on {self.host.name} "
                      f"(the newest {keep} are kept): {', '.join(pruned[:3])}{' ...' if len(pruned) > 3 else ''}")
@@ -1157,6 +1160,31 @@ while IFS= read -r -d '' line; do
 done
 exit 0
 """
+
+
+def _fresh_out_local(root: str, path: str, keep: int, current: str) -> list[str]:
+    """:data:`_OUT_SCRIPT` on this machine, in-process: the names of the campaigns pruned."""
+    import shutil
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+    except OSError as e:
+        raise HostError(f"creating the trial's output folder {path}: {e}") from e
+    if keep <= 0:
+        return []
+    dirs = []
+    for e in os.scandir(root):
+        try:
+            if e.is_dir(follow_symlinks=False):
+                dirs.append((e.stat(follow_symlinks=False).st_mtime, e.name))
+        except OSError:
+            continue
+    pruned = []
+    for _, name in sorted(dirs, reverse=True)[keep:]:
+        if name != current:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            pruned.append(name)
+    return pruned
 
 
 # Fetch a shipped bundle (if any) and set the refs to the source's values, atomically.
