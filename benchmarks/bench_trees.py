@@ -6,8 +6,9 @@ patches, then measures side by side in one run, on the same clone cache and the 
 (a) preparing a never-seen arm with :meth:`TreeManager.prepare` versus the bare minimum by hand:
     ``git worktree add --detach`` + one ``git apply`` per patch (target: at most 1.5x);
 (b) reusing a prepared arm, in the same manager and in a fresh manager (a new campaign in the
-    same process: the first call of a fresh manager resolves nothing when given a full sha)
-    (target: under 50 ms).
+    same process: the first call of a fresh manager resolves nothing when given a full sha);
+    each reuse includes its verification, one ``git status`` of the tracked files (a benchmark
+    may have modified the tree) (target: under 50 ms).
 
 Every repetition of (a) uses another base commit (``main~i``), so each arm is really never seen;
 the two methods alternate which goes first (ABBA) so drift (page cache, disk) hits both alike.

@@ -335,12 +335,18 @@ def cmd_patches(args) -> int:
 def cmd_cache(args) -> int:
     from .trees import cache_info, prune_cache
     if args.action == "prune":
+        if args.keep_out is not None and args.keep_out < 0:
+            raise UsageError(f"--keep-out must be 0 or more, not {args.keep_out}")
         removed = prune_cache(_cache(args), max_trees=args.max_trees, max_bytes=args.max_bytes,
-                              everything=args.all)
+                              everything=args.all, keep_out_campaigns=args.keep_out)
+        outputs = getattr(removed, "outputs", [])
         if args.json:
-            print(_json([t.to_dict() if hasattr(t, "to_dict") else vars(t) for t in removed]))
+            print(_json([{**t.to_dict(), "kind": "tree"} for t in removed]
+                        + [{**o.to_dict(), "kind": "out"} for o in outputs]))
         else:
-            print(f"removed {len(removed)} tree(s) from {_cache(args)}")
+            outs = (f" and the {{out}} folders of {len(outputs)} campaign(s) "
+                    f"({sum(o.trials for o in outputs)} trials)") if outputs else ""
+            print(f"removed {len(removed)} tree(s){outs} from {_cache(args)}")
         return EXIT_OK
     info = cache_info(_cache(args), sizes=True).to_dict()
     if args.json:
@@ -357,7 +363,10 @@ def cmd_cache(args) -> int:
                   ", ".join(tr.get("patches") or []), _size(tr.get("size_bytes")),
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(used)) if isinstance(used, (int, float)) else "-")
     Console().print(t)
-    print(f"{len(info.get('repos', []))} repositories, {len(info.get('trees', []))} trees, "
+    outs = info.get("outputs", [])
+    print(f"{len(info.get('repos', []))} repositories, {len(info.get('trees', []))} trees "
+          f"({_size(info.get('total_bytes', 0) - info.get('out_bytes', 0))}), {{out}} folders of {len(outs)} "
+          f"campaign(s) ({sum(o['trials'] for o in outs)} trials, {_size(info.get('out_bytes'))}), "
           f"{_size(info.get('total_bytes'))} in all")
     return EXIT_OK
 
@@ -522,7 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp = csub.add_parser("prune")
     cp.add_argument("--max-trees", type=int, default=None)
     cp.add_argument("--max-bytes", type=int, default=None)
-    cp.add_argument("--all", action="store_true", help="remove every cached tree")
+    cp.add_argument("--all", action="store_true", help="remove every cached tree and every per-trial {out} folder")
+    cp.add_argument("--keep-out", type=int, default=None, metavar="N",
+                    help="remove the per-trial {out} folders of all but the N most recent campaigns")
     cp.add_argument("--json", action="store_true")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_cache, action="show")

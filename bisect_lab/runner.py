@@ -69,7 +69,7 @@ class HostWorker:
         self.trees = TreeManager(host, experiment.target, experiment.patchset, log=self.log)
         self.owned_pids: set[int] = set()
         self._base_commit: str | None = None
-        self._import_ok: dict[tuple, tuple[bool, str]] = {}
+        self._import_ok: dict[tuple, object] = {}   # -> trees.ImportCheck
         self._fp_cache = None
         self._gpu = None
 
@@ -123,15 +123,16 @@ class HostWorker:
             if self.exp.target.import_check:
                 key = (tree.key, tuple(sorted((k, v or "") for k, v in env.items())))
                 if key not in self._import_ok:
-                    self._import_ok[key] = self.trees.import_check(tree, env)
-                ok, msg = self._import_ok[key]
-                if not ok:
-                    return fail(TrialStatus.IMPORT_CHECK_FAILED, msg)
-            out_dir = f"{self.host.cache_root()}/out/{campaign}/{index}"
-            self.host.quick(["mkdir", "-p", out_dir], timeout_s=30).check("creating the trial's output folder")
+                    # The benchmark's own interpreter, as the benchmark imports (no cwd on sys.path).
+                    self._import_ok[key] = self.trees.import_probe(tree, env, command=self.exp.benchmark.command)
+                probe = self._import_ok[key]
+                if not probe.ok:
+                    return fail(TrialStatus.IMPORT_CHECK_FAILED, probe.message, {"import": probe.to_dict()})
+            # Fresh and empty for every attempt: a resume after kill -9 reuses the killed trial's index.
+            out_dir = self.trees.trial_out_dir(campaign, index)
 
             gpu_before = None
-            extra: dict = {}
+            extra: dict = {"import": probe.to_dict()} if self.exp.target.import_check else {}
             if self.exp.gpu.enabled:
                 from .gpu import wait_idle
                 idle = wait_idle(self.host, self.exp.gpu, owned_pids=self.owned_pids, log=self.log,

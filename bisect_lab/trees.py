@@ -23,7 +23,11 @@ a tree is therefore clean right after preparation, which is what :meth:`TreeMana
 
 The key of a tree is a hash of the base commit and the ordered patch *contents* (sha256 of each
 patch file), so renaming a patch reuses its tree, and editing one makes a new tree. Reuse is a
-marker read: no git process runs on that path.
+marker read plus one ``git status`` of the tracked files (a benchmark may have modified its tree:
+a tree whose tracked files or HEAD changed is rebuilt, untracked build outputs do not count).
+
+Layout, continued: ``out/<campaign>/<trial>/`` holds the per-trial ``{out}`` folders
+(:meth:`TreeManager.trial_out_dir`: fresh for every attempt; only the newest campaigns' are kept).
 """
 from __future__ import annotations
 
@@ -44,9 +48,9 @@ from .model import Patch, PatchSet, Target
 from .patchset import closure, dependency_order
 from .redact import redact_text
 
-__all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "PreparedTree",
-           "RepoEntry", "TreeEntry", "TreeManager", "cache_info", "check_patchset", "prune_cache",
-           "repo_id"]
+__all__ = ["BuildError", "CacheInfo", "CheckFailure", "CheckReport", "CommitInfo", "ImportCheck", "KEEP_OUT_CAMPAIGNS",
+           "OutEntry", "PreparedTree", "Pruned", "RepoEntry", "TreeEntry", "TreeManager", "benchmark_python",
+           "cache_info", "check_patchset", "prune_cache", "prune_outputs", "repo_id"]
 
 _KEY_VERSION = "bisect-lab-tree-v1"
 # Overlay for every git call: English messages (we parse stderr), no prompts, no inherited
@@ -67,6 +71,9 @@ _IDENTITY = {
 _REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
 _HEAD_REF = "refs/remotes/origin/HEAD"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+# Per-trial {out} folders are only read by the trial's own parser; the newest campaigns' are kept
+# for people to look at, the rest go (a benchmark's output files can be hundreds of MB per trial).
+KEEP_OUT_CAMPAIGNS = 10
 
 
 # --------------------------------------------------------------------------- data
@@ -144,21 +151,54 @@ class RepoEntry:
 
 
 @dataclass(frozen=True)
+class OutEntry:
+    """The per-trial ``{out}`` folders of one campaign on a host (``out/<campaign>/<trial>``)."""
+
+    campaign: str
+    path: str
+    trials: int             # trial folders in it
+    last_used: float        # unix time (folder mtime: a new trial folder bumps it)
+    size_bytes: int | None  # None when not measured
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class CacheInfo:
     """What ``bisect-lab cache`` shows."""
 
     root: str
     repos: tuple[RepoEntry, ...]
     trees: tuple[TreeEntry, ...]
+    outputs: tuple[OutEntry, ...] = ()
+
+    @property
+    def out_bytes(self) -> int:
+        return sum(o.size_bytes or 0 for o in self.outputs)
 
     @property
     def total_bytes(self) -> int:
-        return sum(t.size_bytes or 0 for t in self.trees)
+        """Trees and ``{out}`` folders together (what measured sizes there are)."""
+        return sum(t.size_bytes or 0 for t in self.trees) + self.out_bytes
 
     def to_dict(self) -> dict:
-        """Plain data for ``--json``: root, total_bytes, repos and trees (LRU first)."""
-        return {"root": self.root, "total_bytes": self.total_bytes,
-                "repos": [asdict(r) for r in self.repos], "trees": [t.to_dict() for t in self.trees]}
+        """Plain data for ``--json``: root, total_bytes, out_bytes, repos, trees (LRU first) and
+        outputs (the per-trial ``{out}`` folders by campaign, least recently used first)."""
+        return {"root": self.root, "total_bytes": self.total_bytes, "out_bytes": self.out_bytes,
+                "repos": [asdict(r) for r in self.repos], "trees": [t.to_dict() for t in self.trees],
+                "outputs": [o.to_dict() for o in self.outputs]}
+
+
+class Pruned(list):
+    """The trees :func:`prune_cache` removed (a list, as before), with the ``{out}`` folders it
+    removed as ``.outputs``."""
+
+    outputs: list[OutEntry]
+
+    def __init__(self, trees=(), outputs=()):
+        super().__init__(trees)
+        self.outputs = list(outputs)
 
 
 @dataclass(frozen=True)
@@ -229,6 +269,21 @@ class CheckReport:
         return [head + ":"] + ["  " + f.line() for f in self.failures]
 
 
+@dataclass(frozen=True)
+class ImportCheck:
+    """What :meth:`TreeManager.import_probe` found: ``origin`` is the file the module resolves to
+    (empty when it does not resolve), ``python`` the interpreter that answered."""
+
+    ok: bool
+    module: str
+    origin: str
+    python: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"module": self.module, "origin": self.origin, "python": self.python, "ok": self.ok}
+
+
 # --------------------------------------------------------------------------- helpers
 def repo_id(repo: str) -> str:
     """Cache folder name of a target repository (path or URL). A URL's password is left out: an
@@ -262,6 +317,26 @@ def apply_error(stderr: str) -> tuple[str | None, str]:
     return None, (lines[0] if lines else "git apply failed")
 
 
+_PYTHON_WORD = re.compile(r"^python(\d+(\.\d+)*)?$")
+
+
+def benchmark_python(command: str, tree: str | None = None) -> str | None:
+    """The interpreter a benchmark command starts: its first word named ``python``, ``python3``,
+    ``python3.11`` (a path allowed: ``.venv/bin/python``, ``{tree}/env/bin/python``), or None
+    (``torchrun ...``, ``bash run.sh``, or a command that does not parse)."""
+    import shlex
+    if tree is not None:
+        command = command.replace("{tree}", shlex.quote(tree))
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    for w in words:
+        if "=" not in w and _PYTHON_WORD.match(posixpath.basename(w)):
+            return w
+    return None
+
+
 def _git(*args: str, git_dir: str | None = None) -> list[str]:
     pre = ["git", "-c", "gc.auto=0", "-c", "maintenance.auto=0", "-c", "core.hooksPath=/dev/null"]
     if git_dir:
@@ -288,7 +363,7 @@ class TreeManager:
                  max_trees: int | None = 32, max_bytes: int | None = None,
                  log: Callable[[str], None] | None = None, auto_fetch: bool = True,
                  git_timeout_s: float = 600.0, fetch_timeout_s: float = 3600.0,
-                 build_timeout_s: float = 3600.0):
+                 build_timeout_s: float = 3600.0, keep_out_campaigns: int | None = KEEP_OUT_CAMPAIGNS):
         self.host = host
         self.target = target
         self.patchset = patchset
@@ -307,6 +382,8 @@ class TreeManager:
         self._resolved: dict[str, str] = {}
         self._build_failed: dict[str, BuildError] = {}
         self._shipped: dict[str, str] = {}
+        self.keep_out_campaigns = keep_out_campaigns
+        self._out_pruned: set[str] = set()
 
     # ------------------------------------------------------------------ git plumbing
     def _run(self, argv: Sequence[str], *, what: str, cwd: str | None = None,
@@ -676,8 +753,10 @@ class TreeManager:
         """A clean tree of ``commit`` (default: the target's ref) with ``arm_patches`` applied.
 
         Patches are applied with what they require, in dependency order. A tree with the same key
-        (base commit + ordered patch contents) that is already prepared is reused: only its marker
-        is read, no git process runs. ``build``: run the target's build step (once per tree hash).
+        (base commit + ordered patch contents) that is already prepared is reused after one
+        ``git status`` (:meth:`tree_changes`); one whose tracked files or HEAD changed since is
+        rebuilt, with a warning in the log naming the changes. ``build``: run the target's build
+        step (once per tree hash).
 
         Raises :class:`PatchError` (patch and file named; no tree is left behind),
         :class:`BuildError`, :class:`UsageError` (unknown patch or ref).
@@ -689,12 +768,20 @@ class TreeManager:
         key = tree_key(commit, [p.sha256 for p in patches])
         path, marker, _ = self._paths(key)
         info = self._read_json(marker)
+        tree = None
         if info is not None and info.get("key") == key:
-            # Hot path: one small file read and an mtime bump for the LRU order.
-            self._touch(marker)
+            # Hot path: the marker, an mtime bump for the LRU order and one `git status` (the
+            # benchmark of an earlier trial may have edited the tree: trust is checked, not assumed).
             tree = PreparedTree(path=path, commit=commit, tree_hash=info["tree_hash"], key=key, reused=True,
                                 patches=tuple(hashes), patch_hashes=hashes, head=info.get("head", ""))
-        else:
+            changes = self.tree_changes(tree, touch=marker)
+            if changes:
+                shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
+                self.log(f"warning: tree {key} ({commit[:12]} + {', '.join(hashes) or 'no patches'}) was modified "
+                         f"after it was prepared ({shown}): rebuilding it")
+                self._remove_worktree(*self._paths(key))
+                tree = None
+        if tree is None:
             tree = self._create(key, commit, patches)
         if build and self.target.build:
             tree = self.build(tree)
@@ -746,12 +833,63 @@ class TreeManager:
         self._g("worktree", "prune", what="git worktree prune", check=False)
 
     def verify(self, tree: PreparedTree) -> bool:
-        """Slow check that a tree still holds exactly what was prepared (``git status`` is clean,
-        untracked build outputs aside, and HEAD is the prepared commit)."""
-        res = self._run(["git", "status", "--porcelain", "--untracked-files=no"], what="git status",
-                        cwd=tree.path, check=False)
-        head = self._run(["git", "rev-parse", "HEAD"], what="git rev-parse", cwd=tree.path, check=False)
-        return res.ok and not res.stdout.strip() and head.stdout.strip() == tree.head
+        """True when ``tree`` still holds exactly what was prepared (and built): see
+        :meth:`tree_changes`."""
+        return not self.tree_changes(tree)
+
+    def tree_changes(self, tree: PreparedTree, *, touch: str | None = None) -> list[str]:
+        """What differs in ``tree`` from what was prepared, one short line per change
+        (``"deleted knobs_slow.py"``, ``"HEAD is 0123456789ab, not the prepared ..."``); empty when
+        the tree is intact.
+
+        One ``git status`` (tracked files only: git compares each file's stat data with its index,
+        ctime included, which no program can set back, and hashes the content when in doubt), so
+        untracked build outputs (``pip install -e .``, compiled extensions, ``build/``) never count
+        while a modified, deleted or staged tracked file, or a moved HEAD, does. Changes to tracked
+        files that the build step itself made are its baseline (recorded with their content hash
+        by :meth:`build`), not changes. ``touch``: also bump this marker's mtime in the same host
+        command (one round trip over SSH).
+        """
+        state = self._status(tree.path, touch=touch)
+        if state is None:
+            return [f"the tree folder {tree.path} is missing or not a git worktree"]
+        head, entries = state
+        changes = []
+        if tree.head and head != tree.head:
+            changes.append(f"HEAD is {head[:12] or '(none)'}, not the prepared {tree.head[:12]}")
+        if entries and self.target.build:
+            baseline = (self._read_json(self._paths(tree.key)[2]) or {}).get("tracked_changes")
+            if baseline is not None and sorted(baseline) == sorted(entries) and \
+                    self._hashes(tree.path, entries) == baseline:
+                entries = {}
+        changes += [f"{what} {path}" for path, what in sorted(entries.items())]
+        return changes
+
+    def _status(self, path: str, *, touch: str | None = None) -> tuple[str, dict[str, str]] | None:
+        """(HEAD sha, {path: "modified"|"deleted"|...}) of a worktree, or None when it is not one."""
+        argv = _git("-C", path, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=no",
+                    "--ignore-submodules=all")
+        # Optional locks allowed: git may write back the refreshed index, so files checked out in the
+        # same instant as the index (racily clean) are hashed once, not on every reuse.
+        env = {**GIT_ENV, "GIT_OPTIONAL_LOCKS": None}
+        if touch and self.host.is_local:
+            self._touch(touch)
+        elif touch:
+            argv = ["sh", "-c", 'touch -c "$1" 2>/dev/null; shift; exec "$@"', "bisect-lab-verify", touch, *argv]
+        res = self.host.quick(argv, timeout_s=self.git_timeout_s, env=env)
+        if not res.ok:
+            return None
+        return _parse_status(res.stdout)
+
+    def _hashes(self, path: str, entries: Mapping[str, str]) -> dict[str, str]:
+        """{path: [what, content hash or ""]} of changed tracked files (a build's baseline)."""
+        present = [p for p, what in sorted(entries.items()) if what != "deleted"]
+        ids: list[str] = []
+        if present:
+            res = self._run(_git("-C", path, "hash-object", "--", *present), what="git hash-object", check=False)
+            ids = res.stdout.split() if res.ok else []
+        blobs = dict(zip(present, ids)) if len(ids) == len(present) else {}
+        return {p: [what, blobs.get(p, "")] for p, what in entries.items()}
 
     # ------------------------------------------------------------------ build / environment
     def build(self, tree: PreparedTree) -> PreparedTree:
@@ -781,8 +919,15 @@ class TreeManager:
                              tree=tree.path, output_tail=tail)
             self._build_failed[tree.key] = err
             raise err
-        self._write_json(bmarker, {"tree_hash": tree.tree_hash, "command": cmd, "duration_s": res.duration_s,
-                                   "built": time.time()})
+        record = {"tree_hash": tree.tree_hash, "command": cmd, "duration_s": res.duration_s, "built": time.time()}
+        state = self._status(tree.path)
+        if state and state[1]:
+            # A build that rewrites tracked files (a generated version file): that state, content
+            # included, is what later reuses are checked against.
+            record["tracked_changes"] = self._hashes(tree.path, state[1])
+            self.log(f"build step {cmd!r} changed tracked files in tree {tree.key}: "
+                     + ", ".join(sorted(state[1])[:5]))
+        self._write_json(bmarker, record)
         if self.max_bytes is not None:     # a build can grow the tree a lot: refresh its size
             _, marker, _ = self._paths(tree.key)
             data = self._read_json(marker)
@@ -801,33 +946,82 @@ class TreeManager:
         return {"PYTHONPATH": ":".join(parts)} if parts else {}
 
     def import_check(self, tree: PreparedTree, env: Mapping[str, str | None] | None = None, *,
-                     cwd: str | None = None, python: str | None = None,
+                     cwd: str | None = None, python: str | None = None, command: str | None = None,
                      timeout_s: float = 120.0) -> tuple[bool, str]:
         """Verify that ``target.import_check`` resolves inside ``tree`` in the trial's environment.
 
-        ``env`` must be the overlay the benchmark gets (default: :meth:`pythonpath_env`); ``cwd``
-        defaults to the tree (where the benchmark runs); ``python`` defaults to the host's interpreter
-        (``host.python_exe``): pass the benchmark's own interpreter when it differs. Returns
-        ``(True, origin)`` or ``(False, message)`` where the message says where it resolved instead.
+        ``(True, origin)`` or ``(False, message)``: see :meth:`import_probe`, which also says which
+        interpreter answered.
+        """
+        res = self.import_probe(tree, env, cwd=cwd, python=python, command=command, timeout_s=timeout_s)
+        return res.ok, (res.origin if res.ok else res.message)
+
+    def import_probe(self, tree: PreparedTree, env: Mapping[str, str | None] | None = None, *,
+                     cwd: str | None = None, python: str | None = None, command: str | None = None,
+                     timeout_s: float = 120.0) -> "ImportCheck":
+        """Where ``target.import_check`` is imported from in the trial's environment, and whether
+        that is inside ``tree``.
+
+        The probe runs the benchmark's own interpreter: ``python``, else the first ``python*`` word
+        of the benchmark ``command`` (``python3 bench.py``, ``.venv/bin/python -m x``,
+        ``{tree}/env/bin/python``), else the host's (``host.python_exe``); with ``env``, the overlay
+        the benchmark gets (default: :meth:`pythonpath_env`), in ``cwd`` (default: the tree), and
+        without the working directory on ``sys.path`` (what ``-c`` would add and a benchmark script
+        does not get): a package at the tree's root that only the working directory makes
+        importable does not pass, while the benchmark would import an installed or PYTHONPATH copy.
         """
         mod = self.target.import_check
         if not mod:
-            return True, "no import check configured"
+            return ImportCheck(True, "", "", "", "no import check configured")
         env = dict(self.pythonpath_env(tree) if env is None else env)
-        exe = python or self.host.python_exe
+        exe = python or benchmark_python(command or "", tree.path) or self.host.python_exe
         res = self.host.run([exe, "-c", _IMPORT_PROBE, mod, tree.path], timeout_s=timeout_s,
                             cwd=cwd or tree.path, env=env)
-        out = res.stdout.strip().splitlines()
-        status, where = (out[-1].split(" ", 1) + [""])[:2] if out else ("", "")
-        if res.ok and status == "INSIDE":
-            return True, where
-        if status == "OUTSIDE":
-            return False, (f"import {mod} resolves to {where}, outside the prepared tree {tree.path} "
-                           f"(an editable install or a PYTHONPATH entry shadows the tree under test)")
-        if status == "MISSING":
-            return False, f"import {mod} cannot be found in the trial's environment (tree {tree.path})"
+        lines = dict((l.split(" ", 1) + [""])[:2] for l in res.stdout.strip().splitlines() if l.strip())
+        used = lines.get("PYTHON", exe)
+        hint = (f"; list the tree folder that holds {mod} in [target] pythonpath (now "
+                f"{list(self.target.pythonpath)}) or remove the other copy")
+        if res.ok and "INSIDE" in lines:
+            return ImportCheck(True, mod, lines["INSIDE"], used, f"import {mod} resolves inside the tree")
+        if "OUTSIDE" in lines:
+            return ImportCheck(False, mod, lines["OUTSIDE"], used,
+                               f"import {mod} resolves to {lines['OUTSIDE']} with {used}, outside the prepared tree "
+                               f"{tree.path}: the benchmark would measure that copy, not the tree under test "
+                               f"(an installed or editable copy, or a PYTHONPATH entry, shadows it){hint}")
+        if "MISSING" in lines:
+            return ImportCheck(False, mod, "", used,
+                               f"import {mod} cannot be found by {used} in the trial's environment, "
+                               f"the working directory aside (tree {tree.path}){hint}")
         err = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        return False, f"import check of {mod} failed ({'timed out' if res.timed_out else err})"
+        return ImportCheck(False, mod, "", used,
+                           f"import check of {mod} with {exe} failed ({'timed out' if res.timed_out else err})")
+
+    # ------------------------------------------------------------------ per-trial {out} folders
+    def trial_out_dir(self, campaign: str, index: int) -> str:
+        """A fresh, empty ``{out}`` folder for one attempt of trial ``index`` (``out/<campaign>/<index>``
+        under the host's cache root), made by one host command.
+
+        Whatever an earlier attempt left there goes first: after ``kill -9`` a resume gives the
+        next trial the unfinished trial's index, and a partial result file from the killed attempt
+        must never be parsed as the new one's. On the first trial of each campaign this manager
+        runs, the ``{out}`` folders of all but the newest ``keep_out_campaigns`` campaigns (this one
+        always kept) are removed as well.
+        """
+        root = posixpath.join(self.host.cache_root(), "out")
+        path = posixpath.join(root, campaign, str(int(index)))
+        keep = self.keep_out_campaigns if campaign not in self._out_pruned and self.keep_out_campaigns else 0
+        if self.host.is_local:
+            pruned = _fresh_out_local(root, path, max(0, keep), campaign)     # no process on the hot path
+        else:
+            res = self.host.quick(["bash", "-c", _OUT_SCRIPT, "bisect-lab-out", root, path, str(max(0, keep)),
+                                   campaign], timeout_s=max(300.0, self.git_timeout_s))
+            res.check("creating the trial's output folder")
+            pruned = [l.split(" ", 1)[1] for l in res.stdout.splitlines() if l.startswith("PRUNED ")]
+        self._out_pruned.add(campaign)
+        if pruned:
+            self.log(f"removed the {{out}} folders of {len(pruned)} older campaign(s) on {self.host.name} "
+                     f"(the newest {keep} are kept): {', '.join(pruned[:3])}{' ...' if len(pruned) > 3 else ''}")
+        return path
 
     # ------------------------------------------------------------------ cache bounds
     def cache_info(self) -> CacheInfo:
@@ -867,7 +1061,14 @@ def _replace(tree: PreparedTree, **kw) -> PreparedTree:
 
 _IMPORT_PROBE = r"""
 import importlib.util, os, sys
+# Resolve the module the way the benchmark will import it: from PYTHONPATH, site-packages and .pth
+# files. `-c` puts the working directory (the tree) first on sys.path, which the benchmark does not
+# get when it is a script in a subfolder, a script elsewhere or an entry point: drop it, as
+# `python -P` (3.11+) does, on any version.
+if sys.path and sys.path[0] == "" and not getattr(sys.flags, "safe_path", False):
+    del sys.path[0]
 mod, root = sys.argv[1], os.path.realpath(sys.argv[2])
+print("PYTHON", sys.executable)
 try:
     spec = importlib.util.find_spec(mod)
 except Exception as e:
@@ -947,6 +1148,48 @@ echo "DONE"
 """
 
 
+# A fresh {out} folder for one attempt, and (keep > 0) removal of the {out} folders of campaigns other
+# than the newest `keep` by folder mtime (the current one never). argv: root dir keep current.
+_OUT_SCRIPT = r"""
+set -u
+root=$1 dir=$2 keep=$3 current=$4
+rm -rf -- "$dir" && mkdir -p -- "$dir" || exit 1
+[ "$keep" -gt 0 ] || exit 0
+find "$root" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %P\0' | sort -z -r -n | tail -z -n "+$((keep + 1))" |
+while IFS= read -r -d '' line; do
+    name=${line#* }
+    [ "$name" = "$current" ] && continue
+    rm -rf -- "$root/$name" && printf 'PRUNED %s\n' "$name"
+done
+exit 0
+"""
+
+
+def _fresh_out_local(root: str, path: str, keep: int, current: str) -> list[str]:
+    """:data:`_OUT_SCRIPT` on this machine, in-process: the names of the campaigns pruned."""
+    import shutil
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+    except OSError as e:
+        raise HostError(f"creating the trial's output folder {path}: {e}") from e
+    if keep <= 0:
+        return []
+    dirs = []
+    for e in os.scandir(root):
+        try:
+            if e.is_dir(follow_symlinks=False):
+                dirs.append((e.stat(follow_symlinks=False).st_mtime, e.name))
+        except OSError:
+            continue
+    pruned = []
+    for _, name in sorted(dirs, reverse=True)[keep:]:
+        if name != current:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            pruned.append(name)
+    return pruned
+
+
 # Fetch a shipped bundle (if any) and set the refs to the source's values, atomically.
 # argv: git_dir bundle-or-empty refspecs...; the ref updates (update-ref --stdin lines) on stdin.
 _SHIP_SCRIPT = r"""
@@ -960,6 +1203,41 @@ if [ -n "$bundle" ]; then
 fi
 g update-ref --stdin || exit 3
 """
+
+
+_STATUS_WORDS = {"M": "modified", "D": "deleted", "T": "type changed", "A": "added", "R": "renamed",
+                 "C": "copied", "U": "unmerged"}
+
+
+def _parse_status(out: str) -> tuple[str, dict[str, str]]:
+    """(HEAD sha, {path: change}) from ``git status --porcelain=v2 --branch -z``.
+
+    A change in the worktree wins over a staged one in the word (``deleted`` rather than
+    ``modified`` for a file staged and then removed); the origin of a rename is listed as renamed.
+    """
+    head, entries = "", {}
+    records = out.split("\0")
+    i = 0
+    while i < len(records):
+        rec = records[i]
+        i += 1
+        if rec.startswith("# branch.oid "):
+            head = rec.split()[2] if rec.split()[2] != "(initial)" else ""
+            continue
+        kind = rec[:1]
+        fields = {"1": 8, "2": 9, "u": 10}.get(kind)
+        if fields is None:
+            continue
+        parts = rec.split(" ", fields)
+        if len(parts) <= fields:
+            continue
+        xy, path = parts[1], parts[fields]
+        y, x = xy[1:2], xy[:1]
+        entries[path] = _STATUS_WORDS.get(y if y != "." else x, "changed")
+        if kind == "2" and i < len(records):
+            entries[records[i]] = "renamed"           # the rename's origin: the next -z record
+            i += 1
+    return head, entries
 
 
 def _parse_commits(out: str) -> list[CommitInfo]:
@@ -993,12 +1271,23 @@ def _local_staging_repo(folder: str) -> str:
 
 
 # --------------------------------------------------------------------------- cache (all repos)
-def _scan_local(root):
-    """Markers and metadata of every cached repository under ``root`` (runs on the host: for a
-    remote host this function's source is sent to its Python, so it imports what it needs)."""
+def _scan_local(root, out_root=None):
+    """Markers and metadata of every cached repository under ``root``, and the per-campaign
+    ``{out}`` folders under ``out_root`` (runs on the host: for a remote host this function's
+    source is sent to its Python, so it imports what it needs)."""
     import json
     import os
-    out = {"repos": [], "trees": []}
+    out = {"repos": [], "trees": [], "outputs": []}
+    if out_root and os.path.isdir(out_root):
+        for name in sorted(os.listdir(out_root)):
+            p = os.path.join(out_root, name)
+            try:
+                if not os.path.isdir(p) or os.path.islink(p):
+                    continue
+                n = sum(1 for e in os.scandir(p) if e.is_dir(follow_symlinks=False))
+                out["outputs"].append({"campaign": name, "path": p, "trials": n, "last_used": os.stat(p).st_mtime})
+            except OSError:
+                continue
     if not os.path.isdir(root):
         return out
     for rid in sorted(os.listdir(root)):
@@ -1032,18 +1321,22 @@ def _scan_local(root):
 
 
 def _scan(host: Host, repos_root: str) -> dict:
+    out_root = posixpath.join(posixpath.dirname(repos_root), "out")
     if host.is_local:
-        return _scan_local(repos_root)
+        return _scan_local(repos_root, out_root)
     import inspect
-    code = inspect.getsource(_scan_local) + "\nimport json, sys\nprint(json.dumps(_scan_local(sys.argv[1])))\n"
-    res = host.python(code, repos_root, timeout_s=120.0)
+    code = inspect.getsource(_scan_local) + "\nimport json, sys\nprint(json.dumps(_scan_local(*sys.argv[1:3])))\n"
+    res = host.python(code, repos_root, out_root, timeout_s=120.0)
     if not res.ok:
         raise HostCommandError("listing the tree cache", res)
     return json.loads(res.stdout)
 
 
 def _list_trees(host: Host, repos_root: str) -> list[TreeEntry]:
-    data = _scan(host, repos_root)
+    return _trees_of(_scan(host, repos_root))
+
+
+def _trees_of(data: dict) -> list[TreeEntry]:
     trees = [TreeEntry(repo=t.get("repo", ""), key=t["key"], path=t["path"], commit=t.get("commit", ""),
                        tree_hash=t.get("tree_hash", ""), patches=tuple(t.get("patches", [])),
                        last_used=t["last_used"], size_bytes=t.get("size_bytes"), built=t["built"])
@@ -1080,26 +1373,53 @@ def _as_host(host: "Host | str | os.PathLike") -> Host:
 
 
 def cache_info(host: "Host | str | os.PathLike", *, sizes: bool = False) -> CacheInfo:
-    """Every cached repository and tree on ``host`` (for ``bisect-lab cache``), trees least
-    recently used first. ``host`` may also be a local cache folder. ``sizes=True`` measures trees
-    whose size is not recorded (``du``)."""
+    """Every cached repository and tree, and the per-trial ``{out}`` folders by campaign, on
+    ``host`` (for ``bisect-lab cache``), least recently used first. ``host`` may also be a local
+    cache folder. ``sizes=True`` measures trees whose size is not recorded, and the ``{out}``
+    folders (``du``)."""
     host = _as_host(host)
     root = posixpath.join(host.cache_root(), "repos")
     data = _scan(host, root)
-    trees = _list_trees(host, root)
+    trees = _trees_of(data)
+    outputs = _outputs_of(data)
     if sizes:
-        out = []
-        for t in trees:
-            if t.size_bytes is None:
-                res = host.run(["du", "-sk", t.path], timeout_s=300)
-                try:
-                    t = _replace_entry(t, size_bytes=int(res.stdout.split()[0]) * 1024)
-                except (IndexError, ValueError):
-                    pass
-            out.append(t)
-        trees = out
+        def du(path: str) -> int | None:
+            res = host.run(["du", "-sk", path], timeout_s=300)
+            try:
+                return int(res.stdout.split()[0]) * 1024
+            except (IndexError, ValueError):
+                return None
+        trees = [t if t.size_bytes is not None else _replace_entry(t, size_bytes=du(t.path)) for t in trees]
+        outputs = [_replace_entry(o, size_bytes=du(o.path)) for o in outputs]
     repos = tuple(RepoEntry(repo=r["repo"], path=r["path"], trees=r["trees"]) for r in data["repos"])
-    return CacheInfo(root=host.cache_root(), repos=repos, trees=tuple(trees))
+    return CacheInfo(root=host.cache_root(), repos=repos, trees=tuple(trees), outputs=tuple(outputs))
+
+
+def _outputs_of(data: dict) -> list[OutEntry]:
+    outs = [OutEntry(campaign=o["campaign"], path=o["path"], trials=o["trials"], last_used=o["last_used"],
+                     size_bytes=None) for o in data.get("outputs", [])]
+    return sorted(outs, key=lambda o: o.last_used)
+
+
+def prune_outputs(host: "Host | str | os.PathLike", *, keep_campaigns: int | None = None, all: bool = False,
+                  log: Callable[[str], None] | None = None) -> list[OutEntry]:
+    """Remove the per-trial ``{out}`` folders of all but the ``keep_campaigns`` most recently used
+    campaigns on ``host`` (``all=True``: every campaign's). Nothing bisect-lab reads after a trial
+    lives there (results, fingerprints and reports are in the results database). Returns what was
+    removed."""
+    host = _as_host(host)
+    outputs = _outputs_of(_scan(host, posixpath.join(host.cache_root(), "repos")))
+    if all:
+        victims = outputs
+    elif keep_campaigns is not None:
+        victims = outputs[:max(0, len(outputs) - max(0, keep_campaigns))]
+    else:
+        victims = []
+    for o in victims:
+        if log:
+            log(f"removing the {{out}} folders of campaign {o.campaign} ({o.trials} trials)")
+        host.run(["rm", "-rf", "--", o.path], timeout_s=600)
+    return victims
 
 
 def _replace_entry(t: TreeEntry, **kw) -> TreeEntry:
@@ -1109,11 +1429,14 @@ def _replace_entry(t: TreeEntry, **kw) -> TreeEntry:
 
 def prune_cache(host: "Host | str | os.PathLike", *, max_trees: int | None = None,
                 max_bytes: int | None = None, older_than_s: float | None = None, all: bool = False,
-                everything: bool = False, log: Callable[[str], None] | None = None) -> list[TreeEntry]:
+                everything: bool = False, keep_out_campaigns: int | None = None,
+                log: Callable[[str], None] | None = None) -> Pruned:
     """Remove trees across every cached repository on ``host`` (or local cache folder): least
     recently used first until at most ``max_trees`` / ``max_bytes`` remain, plus every tree unused
-    for ``older_than_s`` seconds (``all=True`` or ``everything=True``: every tree). Clone caches
-    are kept. Returns the removed trees."""
+    for ``older_than_s`` seconds (``all=True`` or ``everything=True``: every tree, and every
+    per-trial ``{out}`` folder). ``keep_out_campaigns``: also remove the ``{out}`` folders of all
+    but that many most recently used campaigns. Clone caches are kept. Returns the removed trees
+    (a list), with the removed ``{out}`` folders as ``.outputs``."""
     host = _as_host(host)
     all = all or everything
     root = posixpath.join(host.cache_root(), "repos")
@@ -1132,7 +1455,9 @@ def prune_cache(host: "Host | str | os.PathLike", *, max_trees: int | None = Non
                  env=GIT_ENV)
         host.run(["rm", "-rf", t.path], timeout_s=600)
         host.run(_git("worktree", "prune", git_dir=git_dir), timeout_s=120, env=GIT_ENV)
-    return victims
+    outputs = prune_outputs(host, keep_campaigns=keep_out_campaigns, all=all, log=log) \
+        if all or keep_out_campaigns is not None else []
+    return Pruned(victims, outputs)
 
 
 # --------------------------------------------------------------------------- check

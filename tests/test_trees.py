@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import subprocess
 import sys
 import time
@@ -17,9 +18,9 @@ from bisect_lab.errors import PatchError, UsageError
 from bisect_lab.hosts.local import LocalHost
 from bisect_lab.model import Target
 from bisect_lab.patchset import load_patchset
-from bisect_lab.trees import (BuildError, PreparedTree, TreeManager, apply_error, cache_info,
+from bisect_lab.trees import (BuildError, PreparedTree, TreeManager, apply_error, benchmark_python, cache_info,
                               check_patchset, prune_cache)
-from gitrepos import (PatchSpec, dirty_checkout_with_stash, git, linear_repo, merge_repo,
+from gitrepos import (GitRepo, PatchSpec, dirty_checkout_with_stash, git, linear_repo, merge_repo,
                       plain_folder, snapshot, write_patchset)
 
 
@@ -119,18 +120,70 @@ def test_reuse_is_keyed_by_content_and_survives_a_new_manager(host, world, tmp_p
     assert t4.key != t3.key and not t4.reused and t4.commit == repo.head("main~1")
 
 
-def test_reuse_runs_no_git_process_and_is_fast(host, world, monkeypatch):
+def test_reuse_runs_one_git_status_and_is_fast(host, world, monkeypatch):
     repo, ps = world
     tm = manager(host, repo, ps)
     tm.prepare(["fix-a", "fix-b"])
     calls = []
-    real_run = host.run
-    monkeypatch.setattr(host, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
+    real_run = host.run                                    # LocalHost.quick runs through run
+    monkeypatch.setattr(host, "run", lambda *a, **k: calls.append(a[0]) or real_run(*a, **k))
     t0 = time.perf_counter()
     for _ in range(20):
         assert tm.prepare(["fix-a", "fix-b"]).reused
     per_call = (time.perf_counter() - t0) / 20
-    assert calls == [] and per_call < 0.05
+    # The only process of a reuse: the verification, one `git status` of tracked files.
+    assert len(calls) == 20 and all("status" in c and "--untracked-files=no" in c for c in calls)
+    assert per_call < 0.05
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote-code-path"])
+def test_a_reused_tree_that_a_benchmark_modified_is_rebuilt(tmp_path, world, remote):
+    """A benchmark that edits its tree must not poison later trials: tracked files modified,
+    deleted or staged, or HEAD moved, make the next prepare rebuild the tree (and say what
+    changed); untracked build outputs do not, and the build then runs once per tree."""
+    repo, ps = world
+    host = (NonLocalHost if remote else LocalHost)(cache_dir=tmp_path / "cache")
+    builds = tmp_path / "builds.txt"
+    target = Target(repo=str(repo.path), ref="main",
+                    build=f"echo x >> '{builds}' && mkdir -p build && touch build/ext.so pkg/_c.so")
+    logs = []
+    tm = TreeManager(host, target, ps, log=logs.append)
+    t = tm.prepare(["fix-a"])
+    again = tm.prepare(["fix-a"])
+    assert again.reused and again.built and tm.verify(again)
+    assert builds.read_text().count("x") == 1            # untracked build outputs: no rebuild
+    a = Path(t.path, "pkg/a.py")
+    for damage, word in [(lambda: a.write_text("A1 = 'edited by the benchmark'\n"), "modified pkg/a.py"),
+                         (lambda: a.unlink(), "deleted pkg/a.py"),
+                         (lambda: (a.write_text("staged\n"), git(t.path, "add", "pkg/a.py")), "modified pkg/a.py"),
+                         (lambda: git(t.path, "checkout", "-q", "--detach", repo.head("main~1")), "HEAD is")]:
+        damage()
+        assert not tm.verify(t)
+        logs.clear()
+        fresh = TreeManager(host, target, ps, log=logs.append).prepare(["fix-a"])   # a later campaign
+        assert not fresh.reused and fresh.path == t.path
+        assert "A1 = 'patched'" in a.read_text() and tm.verify(fresh)
+        warning = [l for l in logs if l.startswith("warning:")]
+        assert len(warning) == 1 and word in warning[0] and "rebuilding" in warning[0], logs
+    assert builds.read_text().count("x") == 5            # the rebuilt tree was built again
+
+
+def test_a_build_that_rewrites_tracked_files_is_its_own_baseline(host, world, tmp_path):
+    repo, ps = world
+    builds = tmp_path / "builds.txt"
+    target = Target(repo=str(repo.path), ref="main",
+                    build=f"echo x >> '{builds}' && echo \"VERSION = 'generated'\" >> pkg/b.py")
+    tm = TreeManager(host, target, ps)
+    t = tm.prepare(["fix-b"])
+    for _ in range(3):
+        assert tm.prepare(["fix-b"]).reused
+    assert builds.read_text().count("x") == 1 and tm.verify(t)
+    # An edit on top of what the build wrote is still seen (the content is compared).
+    Path(t.path, "pkg/b.py").write_text(Path(t.path, "pkg/b.py").read_text().replace("B3 = 33", "B3 = 0"))
+    assert tm.tree_changes(t) == ["modified pkg/b.py"]
+    rebuilt = tm.prepare(["fix-b"])
+    assert not rebuilt.reused and builds.read_text().count("x") == 2
+    assert "B3 = 33" in Path(t.path, "pkg/b.py").read_text()
 
 
 def test_concurrent_preparation_of_one_arm_builds_it_once(host, world):
@@ -319,6 +372,36 @@ def test_lru_pruning_by_bytes(host, world):
     assert cache_info(host).trees[0].size_bytes > 0
 
 
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote-code-path"])
+def test_trial_out_dirs_are_fresh_and_bounded(tmp_path, world, remote):
+    repo, ps = world
+    host = (NonLocalHost if remote else LocalHost)(cache_dir=tmp_path / "cache")
+    out = tmp_path / "cache" / "out"
+    for i in range(5):                                     # five older campaigns, oldest first
+        Path(out, f"old{i}", "0").mkdir(parents=True)
+        Path(out, f"old{i}", "0", "big.log").write_text("x" * 1000)
+        os.utime(Path(out, f"old{i}"), (1000 + i, 1000 + i))
+    Path(out, "cur", "0").mkdir(parents=True)
+    Path(out, "cur", "0", "res.jsonl").write_text('{"output_throughput": 1.0}\n')   # a killed attempt's
+    os.utime(Path(out, "cur"), (900, 900))                 # a resumed old campaign: the oldest folder
+    logs = []
+    tm = manager(host, repo, ps, keep_out_campaigns=3, log=logs.append)
+    d = tm.trial_out_dir("cur", 0)
+    assert d == str(out / "cur" / "0") and list(Path(d).iterdir()) == []
+    assert sorted(p.name for p in out.iterdir()) == ["cur", "old3", "old4"]
+    assert any("older campaign(s)" in l and "old0" in l for l in logs)
+    Path(out, "newer", "0").mkdir(parents=True)
+    assert tm.trial_out_dir("cur", 1) == str(out / "cur" / "1")     # pruned once per campaign
+    assert sorted(p.name for p in out.iterdir()) == ["cur", "newer", "old3", "old4"]
+    info = cache_info(host, sizes=True)
+    assert {o.campaign: o.trials for o in info.outputs} == {"cur": 2, "newer": 1, "old3": 1, "old4": 1}
+    assert info.out_bytes >= 2000 and info.to_dict()["outputs"][0]["campaign"] == "old3"
+    removed = prune_cache(host, keep_out_campaigns=2)
+    assert list(removed) == [] and [o.campaign for o in removed.outputs] == ["old3", "old4"]
+    assert sorted(o.campaign for o in prune_cache(host, all=True).outputs) == ["cur", "newer"]
+    assert list(out.iterdir()) == [] and cache_info(host).outputs == ()
+
+
 # --------------------------------------------------------------------------- build / env
 def test_build_runs_once_per_tree_and_failure_is_reported(host, world, tmp_path):
     repo, ps = world
@@ -361,6 +444,50 @@ def test_import_check_catches_a_shadowing_install(host, world, tmp_path):
     ok, msg = missing.import_check(t, {})
     assert not ok and "cannot be found" in msg
     assert tm.pythonpath_env(t, inherited="/x") == {"PYTHONPATH": f"{t.path}:/x"}
+
+
+def test_import_check_does_not_count_the_working_directory(host, tmp_path):
+    """vLLM's layout (package at the repository root) with ``pythonpath = []``: the benchmark, a
+    script in a subfolder, imports the copy on PYTHONPATH; the check must see that copy too, not
+    the tree that ``python -c`` in the tree's folder would find through the working directory."""
+    repo = GitRepo.init(tmp_path / "src")
+    repo.commit("package at root", {"mypkg/__init__.py": "VALUE = 1\n", "benchmarks/bench.py": "import mypkg\nprint(mypkg.__file__)\n"})
+    site = tmp_path / "site"
+    (site / "mypkg").mkdir(parents=True)
+    (site / "mypkg" / "__init__.py").write_text("VALUE = 2\n")
+    tm = TreeManager(host, Target(repo=str(repo.path), ref="main", import_check="mypkg"))
+    t = tm.prepare([])
+    env = {"PYTHONPATH": str(site)}
+    res = tm.import_probe(t, env, command="python3 benchmarks/bench.py")
+    assert not res.ok and res.origin == str(site / "mypkg" / "__init__.py") and res.python
+    assert t.path in res.message and str(site) in res.message and "[target] pythonpath" in res.message
+    # What the benchmark itself imports, run the same way: the site copy (the check agrees with it).
+    bench = subprocess.run(["python3", "benchmarks/bench.py"], cwd=t.path, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(site)})
+    assert bench.stdout.strip() == str(site / "mypkg" / "__init__.py"), bench
+    ok, msg = tm.import_check(t, {"PYTHONPATH": None})
+    assert not ok and "cannot be found" in msg                # nothing but the working directory had it
+    listed = TreeManager(host, Target(repo=str(repo.path), ref="main", import_check="mypkg", pythonpath=(".",)))
+    ok, where = listed.import_check(t, {**listed.pythonpath_env(t, str(site))})
+    assert ok and where == os.path.realpath(os.path.join(t.path, "mypkg", "__init__.py"))
+    # The benchmark's own interpreter, taken from its command: here one with an editable install
+    # (a .pth in its site dir) of the user's checkout.
+    pth_site = tmp_path / "pth-site"
+    pth_site.mkdir()
+    (pth_site / "editable.pth").write_text(str(repo.path) + "\n")
+    bindir = tmp_path / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    Path(_python_with_site(tmp_path, pth_site)).rename(bindir / "python3")
+    res = listed.import_probe(t, {"PYTHONPATH": None}, command=f"cd {{tree}} && {bindir / 'python3'} benchmarks/bench.py")
+    assert not res.ok and res.origin == str(repo.path / "mypkg" / "__init__.py")
+
+
+def test_benchmark_python_is_the_commands_interpreter():
+    assert benchmark_python("python3 bench.py") == "python3"
+    assert benchmark_python("CUDA_VISIBLE_DEVICES=0 .venv/bin/python -m sglang.bench_serving") == ".venv/bin/python"
+    assert benchmark_python("{tree}/env/bin/python3.11 x.py", "/t r") == "/t r/env/bin/python3.11"
+    assert benchmark_python("cd x && exec python bench.py {out}") == "python"
+    assert benchmark_python("torchrun --nproc 2 bench.py") is None and benchmark_python("echo 'x") is None
 
 
 def _python_with_site(tmp_path, site) -> str:
@@ -484,3 +611,13 @@ def test_prepare_over_ssh(tmp_path, world, sshd):
             tm.prepare(["fix-a", "clash"])
         assert [x.key for x in cache_info(host).trees] == [t.key]
         assert check_patchset(host, target, ps).conflicts[0].patches == ("dep-on-a", "clash")
+        # A trial's {out} folder is emptied of what an earlier attempt left (a resume after kill -9).
+        stale = f"{host.cache_root()}/out/c1/0/res.jsonl"
+        host.write_bytes(stale, b'{"output_throughput": 1.0}\n')
+        assert tm.trial_out_dir("c1", 0) == posixpath.dirname(stale) and not host.exists(stale)
+        assert [(o.campaign, o.trials) for o in cache_info(host).outputs] == [("c1", 1)]
+        # A benchmark that edits its tree: the next reuse sees it and rebuilds, over SSH too.
+        host.run(["rm", "-f", f"{t.path}/pkg/b.py"], timeout_s=30).check("rm")
+        assert tm.tree_changes(t) == ["deleted pkg/b.py"]
+        again = TreeManager(host, target, ps).prepare(["fix-b", "dep-on-a"])
+        assert not again.reused and host.exists(f"{t.path}/pkg/b.py")
