@@ -350,7 +350,7 @@ def cmd_gpu(args) -> int:
 def cmd_diff(args) -> int:
     from .diffing import diff_runs
     from .store import Store
-    store = Store(_results(args), create=False)
+    store = Store(_results(args), create=False, read_only=True)
     res = diff_runs(store, args.a, args.b)
     if args.json:
         print(_json(res))
@@ -363,9 +363,14 @@ def cmd_diff(args) -> int:
 
 def cmd_report(args) -> int:
     from .report import write_report
-    from .store import Store
-    store = Store(_results(args), create=False)
-    out = write_report(store, args.what, fmt=args.format, out=args.out)
+    from .store import Store, StorageError
+    store = Store(_results(args), create=False, read_only=True)
+    try:
+        out = write_report(store, args.what, fmt=args.format, out=args.out)
+    except OSError as e:
+        where = e.filename or args.out or store.dir
+        hint = "" if args.out else "; pass --out FILE to write it elsewhere"
+        raise StorageError(f"cannot write the report to {where}: {e.strerror or e}{hint}") from None
     print(out)
     return EXIT_OK
 

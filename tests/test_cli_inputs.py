@@ -25,3 +25,53 @@ def test_typo_table_is_named_with_a_suggestion(tmp_path):
     exp = make_toy(tmp_path, extra_toml="[desing]\nrepeat = 1\n")
     line = one_line_error(cli(tmp_path, "run", exp, "--repeat", "1"), 2)
     assert "unknown table [desing]" in line and "did you mean [design]?" in line
+
+
+LOCKER = r'''
+import os, sqlite3, sys, time
+db, go, locked, release = sys.argv[1:]
+while not os.path.exists(go):
+    time.sleep(0.02)
+c = sqlite3.connect(db, isolation_level=None, timeout=30)
+c.execute("BEGIN EXCLUSIVE")
+open(locked, "w").close()
+while not os.path.exists(release):
+    time.sleep(0.02)
+c.execute("COMMIT")
+'''
+
+
+def test_locked_database_keeps_the_finished_trial_and_resume_stores_it(tmp_path):
+    go, locked, release = tmp_path / "go", tmp_path / "locked", tmp_path / "release"
+    # The benchmark starts the lock holder and waits until it holds the lock: the trial that then
+    # finishes meets a database another process holds past the busy timeout.
+    bench = f"touch {go} && while [ ! -e {locked} ]; do sleep 0.05; done && python3 bench.py"
+    exp = make_toy(tmp_path, bench_command=bench)
+    db = tmp_path / "res" / "bisect-lab.sqlite"
+    (tmp_path / "locker.py").write_text(LOCKER)
+    holder = subprocess.Popen([sys.executable, str(tmp_path / "locker.py"), str(db), str(go), str(locked),
+                               str(release)])
+    try:
+        t0 = time.monotonic()
+        p = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1",
+                env={"BISECT_LAB_BUSY_TIMEOUT_S": "0.2"})
+        line = one_line_error(p, 4)
+        assert time.monotonic() - t0 < 60
+        assert "locked" in line and "spool" in line, line
+        assert holder.poll() is None            # the lock was held the whole time
+    finally:
+        release.touch()
+        holder.wait(timeout=30)
+    spool = tmp_path / "res" / "bisect-lab.spool.jsonl"
+    kept = [json.loads(l)["trial"] for l in spool.read_text().splitlines()]
+    assert len(kept) == 1 and kept[0]["status"] == "ok"
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 0
+    r = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1", "--resume", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["campaign"] == kept[0]["campaign"]
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT campaign, trial, started, metrics FROM trials").fetchall()
+    assert [(cid, n, started) for cid, n, started, _ in rows] == [(kept[0]["campaign"], 0, kept[0]["started"])]
+    assert json.loads(rows[0][3])["output_throughput"] == kept[0]["metrics"]["output_throughput"]
+    assert not spool.exists()
