@@ -226,7 +226,9 @@ class Store:
         # mode=ro sees a live WAL; immutable=1 is for a folder or disk nobody can write (it needs
         # no -shm file), where no other writer can exist either.
         uri = "file:" + urllib.parse.quote(str(self.path.resolve()))
-        writable = os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)
+        # os.access is true for root on a chmod -w folder: no write bit at all also means "an archive"
+        writable = (os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)
+                    and bool(self.dir.stat().st_mode & 0o222))
         modes = ("mode=ro", "immutable=1") if writable else ("immutable=1",)
         err: sqlite3.Error | None = None
         for mode in modes:
