@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, BisectLabError, UsageError
+from .errors import (EXIT_INCONCLUSIVE, EXIT_NO_MEASUREMENT, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, BisectLabError,
+                     UsageError)
 from .model import ATTRIBUTION_STRATEGIES
 
 
@@ -344,6 +345,14 @@ def cmd_gpu(args) -> int:
         for h in hosts:
             h.close()
     print(_json(out) if args.json else json.dumps(out, indent=2, default=str))
+    if args.action == "reset":
+        # "could not" is exit 4 (as a host that cannot be made ready for a trial), after the full output
+        failed = [(name, r) for name, r in out.items() if isinstance(r, dict) and r.get("ok") is False]
+        for name, r in failed:
+            print(f"bisect-lab: error: gpu reset on {name} did not succeed: {r.get('status')}: {r.get('reason')}",
+                  file=sys.stderr)
+        if failed:
+            return EXIT_NO_MEASUREMENT
     return EXIT_OK
 
 

@@ -75,3 +75,33 @@ def test_locked_database_keeps_the_finished_trial_and_resume_stores_it(tmp_path)
     assert [(cid, n, started) for cid, n, started, _ in rows] == [(kept[0]["campaign"], 0, kept[0]["started"])]
     assert json.loads(rows[0][3])["output_throughput"] == kept[0]["metrics"]["output_throughput"]
     assert not spool.exists()
+
+
+GPU_EXP = """
+[target]
+repo = "repo"
+[benchmark]
+command = "true"
+[gpu]
+idle_timeout_s = 0.5
+"""
+
+
+@pytest.mark.parametrize("busy, code", [(False, 0), (True, 4)])
+def test_gpu_reset_exit_code_says_whether_it_succeeded(tmp_path, busy, code):
+    (tmp_path / "repo").mkdir()
+    exp = tmp_path / "gpu.toml"
+    exp.write_text(GPU_EXP)
+    nvml = tmp_path / "nvml.json"
+    # a GPU whose memory stays in use with no process to kill: reset cannot make it idle
+    nvml.write_text(json.dumps({"driver_version": "570.124.06", "cuda_driver_version": "12.8", "gpus": [
+        {"name": "NVIDIA H200", "memory_used_mb": 90000.0 if busy else 615.0, "memory_total_mb": 143771.0,
+         "temperature_c": 37, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "power_w": 79.5,
+         "power_limit_w": 700.0, "throttle_reasons": 0}]}))
+    p = cli(tmp_path, "gpu", "reset", exp, "--json", env={"BISECT_LAB_FAKE_NVML": str(nvml)})
+    assert p.returncode == code, (p.stdout, p.stderr)
+    res = json.loads(p.stdout)
+    assert [r["ok"] for r in res.values()] == [not busy]
+    if busy:
+        line = one_line_error(p, 4)
+        assert "did not succeed" in line and "Traceback" not in p.stderr
