@@ -230,6 +230,7 @@ def cmd_bisect(args) -> int:
 
 def cmd_patches(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     console = Console()
     if args.action == "capture":
@@ -240,7 +241,7 @@ def cmd_patches(args) -> int:
         if args.json:
             print(_json({"out": str(out), "patches": [p.name for p in ps.patches]}))
         else:
-            console.print(f"captured {len(ps.patches)} patch(es) into {out}: {', '.join(ps.names)}")
+            console.print(escape(f"captured {len(ps.patches)} patch(es) into {out}: {', '.join(ps.names)}"))
         return EXIT_OK
     exp = _experiment(args.experiment)
     ps = exp.patchset
@@ -252,12 +253,13 @@ def cmd_patches(args) -> int:
                                "requires": list(p.requires), "files": list(p.files), "added": p.added,
                                "removed": p.removed, "description": p.description} for p in ps.patches]))
             return EXIT_OK
-        t = Table(title=f"patch set {ps.root}")
+        # every cell is the user's text (aliases, file names, paths): never rich markup
+        t = Table(title=escape(f"patch set {ps.root}"))
         for col in ("name", "aliases", "required", "requires", "files", "+/-"):
             t.add_column(col)
         for p in ps.patches:
-            t.add_row(p.name, ", ".join(p.aliases), "yes" if p.required else "", ", ".join(p.requires),
-                      "\n".join(p.files), f"+{p.added} -{p.removed}")
+            t.add_row(escape(p.name), escape(", ".join(p.aliases)), "yes" if p.required else "",
+                      escape(", ".join(p.requires)), escape("\n".join(p.files)), f"+{p.added} -{p.removed}")
         console.print(t)
         return EXIT_OK
     # check
@@ -272,7 +274,7 @@ def cmd_patches(args) -> int:
     if args.json:
         print(_json(data))
     else:
-        console.print(str(report) if hasattr(report, "__str__") else data)
+        console.print(escape(str(report)) if hasattr(report, "__str__") else data)
     if not report.ok:
         problems = getattr(report, "problems", None) or []
         first = problems[0] if problems else "a patch does not apply"
@@ -295,14 +297,16 @@ def cmd_cache(args) -> int:
         print(_json(info))
         return EXIT_OK
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
-    t = Table(title=f"tree cache {info.get('root', _cache(args))}")
+    t = Table(title=escape(f"tree cache {info.get('root', _cache(args))}"))
     for col in ("tree", "repository", "base", "patches", "size", "last used"):
         t.add_column(col)
     for tr in info.get("trees", []):
         used = tr.get("last_used")
-        t.add_row(str(tr.get("key", ""))[:16], str(tr.get("repo", "")), str(tr.get("commit", ""))[:12],
-                  ", ".join(tr.get("patches") or []), _size(tr.get("size_bytes")),
+        t.add_row(escape(str(tr.get("key", ""))[:16]), escape(str(tr.get("repo", ""))),
+                  escape(str(tr.get("commit", ""))[:12]), escape(", ".join(tr.get("patches") or [])),
+                  _size(tr.get("size_bytes")),
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(used)) if isinstance(used, (int, float)) else "-")
     Console().print(t)
     print(f"{len(info.get('repos', []))} repositories, {len(info.get('trees', []))} trees, "

@@ -105,3 +105,50 @@ def test_gpu_reset_exit_code_says_whether_it_succeeded(tmp_path, busy, code):
     if busy:
         line = one_line_error(p, 4)
         assert "did not succeed" in line and "Traceback" not in p.stderr
+
+
+def markup_toy(tmp_path):
+    """A toy whose patch set carries rich markup in every user-written field."""
+    from gitrepos import GitRepo, PatchSpec, write_patchset
+    exp = make_toy(tmp_path)
+    repo = GitRepo(tmp_path / "target")
+    write_patchset(tmp_path / "patches", [
+        PatchSpec("slow", repo.patch({"knobs_slow.py": "FACTORS['slow'] = 0.7\n", "odd[/]dir/[bold]x.py": "1\n"}),
+                  aliases=("s[/]", "[bold]b"), description="[/] closes nothing [bold]loud",
+                  file="slow[red][bold].patch"),
+        PatchSpec("noop", repo.patch({"knobs_noop.py": "FACTORS['noop'] = 1.0\n"}), aliases=("[/]",)),
+    ])
+    return exp
+
+
+WIDE = {"COLUMNS": "250"}          # rich tables would wrap the cells the test looks for
+
+
+def test_rich_markup_in_patch_set_fields_is_printed_as_text(tmp_path):
+    exp = markup_toy(tmp_path)
+    p = cli(tmp_path, "patches", "list", exp, env=WIDE)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    out = p.stdout
+    for text in ("s[/]", "[bold]b", "[/]", "[bold]x.py", "slow"):
+        assert text in out, (text, out)
+    c = cli(tmp_path, "patches", "check", exp, env=WIDE)
+    assert c.returncode == 0 and "Traceback" not in c.stderr, c.stderr
+
+
+def test_rich_markup_in_env_values_and_arms_survives_run_and_diff(tmp_path):
+    exp = make_toy(tmp_path, extra_toml='[env]\nTOY_NOTE = "[/] and [bold]x"\n')
+    exp2 = tmp_path / "toy2.toml"
+    exp2.write_text(exp.read_text().replace('"[/] and [bold]x"', '"[bold]y [/]"'))
+    a = cli(tmp_path, "run", exp, "--patches", "all TOY_ARM=[/]", "--repeat", "1", "--json")
+    assert a.returncode == 0, a.stderr
+    b = cli(tmp_path, "run", exp2, "--patches", "all TOY_ARM=[bold]", "--repeat", "1", "--json")
+    assert b.returncode == 0, b.stderr
+    h = cli(tmp_path, "run", exp, "--patches", "all TOY_ARM=[bold]", "--repeat", "1", env=WIDE)
+    assert h.returncode == 0 and "Traceback" not in h.stderr, h.stderr
+    assert "TOY_ARM='[bold]'" in h.stdout, h.stdout
+    cid_a, cid_b = json.loads(a.stdout)["campaign"], json.loads(b.stdout)["campaign"]
+    d = cli(tmp_path, "diff", cid_a, cid_b, env=WIDE)
+    assert d.returncode == 0 and "Traceback" not in d.stderr, d.stderr
+    for text in ("TOY_ARM='[/]'", "TOY_ARM='[bold]'", "[/] and [bold]x", "[bold]y [/]"):
+        assert text in d.stdout, (text, d.stdout)
