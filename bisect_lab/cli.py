@@ -70,9 +70,17 @@ def _experiment(path: str | None):
     return load_experiment(Path(path) if path else bundled_demo())
 
 
-def _results(args) -> Path:
-    from .paths import default_results_dir
-    return Path(args.results) if args.results else default_results_dir()
+def _results(args, exp=None) -> Path:
+    """``--results``, else the default (never inside the target repository), said once on stderr."""
+    from .paths import results_dir
+    cached = getattr(args, "_results_dir", None)
+    if cached is not None:
+        return cached
+    d, note = results_dir(args.results, target_repo=exp.target.repo if exp is not None else None)
+    if note:
+        print(note, file=sys.stderr)
+    args._results_dir = d
+    return d
 
 
 def _cache(args) -> Path:
@@ -147,7 +155,7 @@ def _session(args, exp, *, quiet: bool):
     from .campaign import Session
     from .store import Store
     progress = _Progress(quiet=quiet, metric=exp.benchmark.metric)
-    store = Store(_results(args))
+    store = Store(_results(args, exp))
     hosts = _hosts(exp, args)
     s = Session(exp, store, hosts, log=progress.log, on_trial=progress.trial, on_plan=progress.plan,
                 on_replay=progress.replayed)
@@ -390,16 +398,19 @@ def cmd_report(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .sweep import render_sweep, run_sweep
+    from .config import load_experiment
+    from .sweep import load_sweep
     progress = _Progress(quiet=args.json and not sys.stderr.isatty(), metric="")
+    results = _results(args, load_experiment(load_sweep(args.sweep).experiment))
     try:
-        res = run_sweep(args.sweep, results=_results(args), cache=_cache(args),
+        res = run_sweep(args.sweep, results=results, cache=_cache(args),
                         bisect_on_regression=args.bisect_on_regression, json_mode=args.json, log=progress.log)
     finally:
         progress.stop()
     if res.get("regressions"):
         from .report import write_report
         from .store import Store
-        with Store(_results(args)) as st:
+        with Store(results) as st:
             res["report"] = str(write_report(st, res["sweep"], fmt="html"))
     if args.json:
         print(_json(res))
@@ -415,7 +426,8 @@ def cmd_sweep(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="bisect-lab", description="Which patch, commit or env var caused the regression, "
                                                "by how much, and how sure are we.")
-    p.add_argument("--results", help="results folder (default ./results, env BISECT_LAB_RESULTS)")
+    p.add_argument("--results", help="results folder (default ./results, or the user data dir when run from "
+                                     "inside the target repository; env BISECT_LAB_RESULTS)")
     p.add_argument("--cache", help="clone/tree cache (default user cache dir, env BISECT_LAB_CACHE)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"bisect-lab {__version__}")

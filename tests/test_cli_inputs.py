@@ -152,3 +152,38 @@ def test_rich_markup_in_env_values_and_arms_survives_run_and_diff(tmp_path):
     assert d.returncode == 0 and "Traceback" not in d.stderr, d.stderr
     for text in ("TOY_ARM='[/]'", "TOY_ARM='[bold]'", "[/] and [bold]x", "[bold]y [/]"):
         assert text in d.stdout, (text, d.stdout)
+
+
+def test_default_results_never_go_inside_the_target_repository(tmp_path):
+    exp = make_toy(tmp_path)
+    target = tmp_path / "target"
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    env.pop("BISECT_LAB_RESULTS", None)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "bisect_lab", "--cache", str(tmp_path / "cache"), *map(str, args)],
+                              cwd=target, capture_output=True, text=True, timeout=120, env=env)
+
+    p = run("run", exp, "--patches", "all", "--repeat", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    said = [l for l in p.stderr.splitlines() if l.startswith("results: ")]
+    assert len(said) == 1 and "--results to change" in said[0], p.stderr
+    where = Path(said[0].split()[1])
+    assert (where / "bisect-lab.sqlite").is_file() and where.is_relative_to(tmp_path / "data")
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=target, capture_output=True,
+                            text=True, check=True).stdout
+    assert status == "", status
+    r = run("report", "latest")
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip()).is_relative_to(where)
+    assert json.loads(p.stdout)["campaign"] in Path(r.stdout.strip()).read_text()
+    # outside the target the default stays ./results, and --results / BISECT_LAB_RESULTS still win
+    q = subprocess.run([sys.executable, "-m", "bisect_lab", "--cache", str(tmp_path / "cache"), "run", str(exp),
+                        "--patches", "all", "--repeat", "1"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert q.returncode == 0 and (tmp_path / "results" / "bisect-lab.sqlite").is_file(), q.stderr
+    e = run("--results", tmp_path / "chosen", "run", exp, "--patches", "all", "--repeat", "1")
+    assert e.returncode == 0 and (tmp_path / "chosen" / "bisect-lab.sqlite").is_file(), e.stderr
+    assert not [l for l in e.stderr.splitlines() if l.startswith("results: ")]
+    assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=target, capture_output=True,
+                          text=True).stdout == ""
