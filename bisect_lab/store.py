@@ -250,7 +250,9 @@ class Store:
         """Refuse an SQLite file that is not a bisect-lab database, or one of a newer schema."""
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         missing = [t for t in _TABLES if t not in names]
-        if missing and (names or self.read_only):
+        # writing, a database of ours (it has our meta table) gets missing tables made by _migrate;
+        # one with other tables only is someone else's and is left untouched
+        if missing and (self.read_only or (names and "meta" not in names)):
             raise StoreError(f"{self.path}: an SQLite database, but not a bisect-lab results database "
                              f"(no table {missing[0]!r})")
         if not missing:
@@ -295,7 +297,9 @@ class Store:
     def _write(self, what: str, op, *, spool=None):
         """Run the write ``op``; retry while the database is locked, then fail with one
         :class:`StorageError`. ``spool``: the (trial, extra, fingerprint) to keep beside the
-        database when the write cannot be made, so the trial is not lost."""
+        database when the write cannot be made, so the trial is not lost. After a failure this
+        store is out of service: later writes raise the first error at once (no second wait;
+        their trials are spooled too)."""
         if self.read_only:
             raise StoreError(f"{self.path} is open read-only; cannot {what}")
         if self._broken is not None:        # the first failure is the one to report; no second wait
@@ -336,6 +340,7 @@ class Store:
             lines = [ln for ln in self.spool_path.read_text(encoding="utf-8").splitlines() if ln.strip()]
         except OSError as e:
             raise StorageError(f"cannot read {self.spool_path}: {e.strerror or e}") from None
+        left = []           # trials of a campaign this database does not have: kept for the right one
         for ln in lines:
             try:
                 t, extra, fp = _trial_from_json(ln)
@@ -345,14 +350,20 @@ class Store:
                 have = self._db.execute("SELECT 1 FROM trials WHERE campaign=? AND trial=?",
                                         (t.campaign, t.trial)).fetchone()
                 known = self._db.execute("SELECT 1 FROM campaigns WHERE id=?", (t.campaign,)).fetchone()
-            if have or not known:
-                continue
-            self._write(f"store spooled trial {t.trial} of campaign {t.campaign}",
-                        lambda: self._add_trial(t, extra, fp))
+            if not known:
+                left.append(ln)
+            elif not have:
+                self._write(f"store spooled trial {t.trial} of campaign {t.campaign}",
+                            lambda: self._add_trial(t, extra, fp))
         try:
-            self.spool_path.unlink()
+            if left:
+                tmp = self.spool_path.with_suffix(".tmp")
+                tmp.write_text("".join(ln + "\n" for ln in left), encoding="utf-8")
+                os.replace(tmp, self.spool_path)
+            else:
+                self.spool_path.unlink()
         except OSError:
-            pass
+            pass            # stored trials are skipped next time: nothing is stored twice
 
     def close(self):
         with self._lock:

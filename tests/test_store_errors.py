@@ -136,3 +136,21 @@ def test_non_integer_schema_version_is_one_line_exit_2(tmp_path):
     for args in (["report", "latest"], ["run", "--patches", "all", "--repeat", "1"]):
         line = one_line_error(cli(tmp_path, *args), EXIT_USAGE)
         assert "schema version 'one'" in line and "not a bisect-lab results database" in line, line
+
+
+def test_spool_is_stored_on_open_and_keeps_what_belongs_elsewhere(tmp_path):
+    from bisect_lab.store import SPOOL_NAME, _trial_to_json
+    cid = filled(tmp_path / "res", n=1)
+    spool = tmp_path / "res" / SPOOL_NAME
+    spool.write_text(_trial_to_json(trial(cid, 1), {"k": 1}, None) + "\n"
+                     + _trial_to_json(trial("elsewhere", 0), None, None) + "\n"
+                     + _trial_to_json(trial(cid, 0), None, None) + "\n"        # already stored: skipped
+                     + '{"trial": {"campaign": "cut sh')                        # cut short by the failure
+    with Store(tmp_path / "res") as s:
+        assert [t.trial for t in s.trials(cid)] == [0, 1] and s.trial_extra(cid, 1) == {"k": 1}
+    assert [l for l in spool.read_text().splitlines()] == [_trial_to_json(trial("elsewhere", 0), None, None)]
+    # a read-only open never drains (it never writes)
+    spool.write_text(_trial_to_json(trial(cid, 2), None, None) + "\n")
+    with Store(tmp_path / "res", read_only=True) as s:
+        assert len(s.trials(cid)) == 2
+    assert spool.exists()
