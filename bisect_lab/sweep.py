@@ -136,12 +136,23 @@ def load_sweep(path: str | Path) -> SweepConfig:
     for k, v in d.items():
         if k not in fields:
             raise ConfigError(path, f"detect.{k}", f"unknown key; expected one of {', '.join(sorted(fields))}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ConfigError(path, f"detect.{k}", f"expected a non-negative number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ConfigError(path, f"detect.{k}", f"expected a finite non-negative number, got {v!r}")
+        if k in ("permutations", "baseline_nights", "seed") and not isinstance(v, int):
+            raise ConfigError(path, f"detect.{k}", f"expected an integer, got {v!r}")
         kw[k] = int(v) if k in ("permutations", "baseline_nights", "seed") else float(v)
     b = raw.get("bisect", {})
-    max_trials = b.get("max_trials") if isinstance(b, dict) else None
-    return SweepConfig(path=path.resolve(), name=str(raw.get("name") or path.stem), experiment=exp_path,
+    if not isinstance(b, dict):
+        raise ConfigError(path, "bisect", "expected a table")
+    if set(b) - {"max_trials"}:
+        raise ConfigError(path, f"bisect.{sorted(set(b) - {'max_trials'})[0]}", "unknown key; expected max_trials")
+    max_trials = b.get("max_trials")
+    if max_trials is not None and (isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1):
+        raise ConfigError(path, "bisect.max_trials", f"expected an integer >= 1, got {max_trials!r}")
+    name = raw.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or "\0" in name):
+        raise ConfigError(path, "name", f"expected a non-empty string (the sweep's name), got {name!r}")
+    return SweepConfig(path=path.resolve(), name=str(name or path.stem), experiment=exp_path,
                        ref=ref, arms=tuple(dict.fromkeys(arms)), repeat=repeat, detect=Detect(**kw),
                        bisect_max_trials=max_trials)
 

@@ -245,3 +245,23 @@ def test_shipped_experiments_and_the_toy_still_load(tmp_path):
         loaded += 1
     assert loaded >= 5
     load_experiment(make_toy(tmp_path, extra_toml='[env]\nTOY_CV = "0.01"\n', design="alpha = 0.01"))
+
+
+@pytest.mark.parametrize("body, key, words", [
+    ("[detect]\nmin_effect = nan\n", "detect.min_effect", "finite"),
+    ("[detect]\nalpha = inf\n", "detect.alpha", "finite"),
+    ("[detect]\npermutations = 99.5\n", "detect.permutations", "integer"),
+    ("[bisect]\nmax_trials = 'many'\n", "bisect.max_trials", "integer >= 1"),
+    ("[bisect]\nmax_trials = 0\n", "bisect.max_trials", "integer >= 1"),
+    ("[bisect]\nmax_trails = 10\n", "bisect.max_trails", "unknown key"),
+    ("name = {a = 1}\n", "name", "non-empty string"),
+])
+def test_sweep_values_are_checked_too(tmp_path, body, key, words):
+    from bisect_lab.sweep import load_sweep
+    (tmp_path / "e.toml").write_text("")
+    p = tmp_path / "s.toml"
+    # top-level keys first, then the tables
+    p.write_text(body + 'experiment = "e.toml"\n' if not body.startswith("[") else 'experiment = "e.toml"\n' + body)
+    with pytest.raises(ConfigError) as e:
+        load_sweep(p)
+    assert f"[{key}]" in str(e.value) and words in str(e.value), str(e.value)
