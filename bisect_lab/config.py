@@ -134,11 +134,6 @@ class _Section:
                 raise self._err(key, f"a number below {below}")
         return v
 
-    def positive(self, key, kind, default):
-        if kind is int:
-            return self.integer(key, default, min=1)
-        return self.real(key, default, positive=True)
-
     def str_list(self, key, default=()):
         v = self.data.get(key, list(default))
         if isinstance(v, str):
