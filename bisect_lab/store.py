@@ -280,7 +280,10 @@ class Store:
         if isinstance(e, sqlite3.DatabaseError) and ("not a database" in msg or "malformed" in msg
                                                       or "encrypted" in msg):
             return StoreError(f"{self.path}: not a bisect-lab results database ({e})")
-        return StorageError(f"cannot open {self.path}: {_io_words(e)}; an I/O failure, not a damaged "
+        words = _io_words(e)
+        if not self.read_only and not os.access(self.dir, os.W_OK):
+            words = "the results folder or disk is read-only (report, diff and load() can still read it)"
+        return StorageError(f"cannot open {self.path}: {words}; an I/O failure, not a damaged "
                             f"database: the stored results are intact")
 
     # ------------------------------------------------------------------ schema

@@ -81,6 +81,10 @@ def test_read_only_disk_is_read_by_report_diff_and_load(tmp_path, tmpfs):
     # the default report location is inside the read-only folder: say so and how to go on
     line = one_line_error(cli(tmp_path, "--results", res, "report", "latest"), EXIT_NO_MEASUREMENT)
     assert "--out" in line and "Read-only" in line, line
+    # a command that writes says the disk is read-only, not that the database is foreign
+    w = one_line_error(cli(tmp_path, "--results", res, "run", "--patches", "all", "--repeat", "1"),
+                       EXIT_NO_MEASUREMENT)
+    assert "read-only" in w and "not a bisect-lab results database" not in w, w
     assert sorted(os.listdir(res)) == ["bisect-lab.sqlite"]
 
 
