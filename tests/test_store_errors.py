@@ -158,3 +158,21 @@ def test_spool_is_stored_on_open_and_keeps_what_belongs_elsewhere(tmp_path):
     with Store(tmp_path / "res", read_only=True) as s:
         assert len(s.trials(cid)) == 2
     assert spool.exists()
+
+
+def test_disk_full_during_a_write_is_a_storage_error_naming_it(tmp_path, tmpfs):
+    res = tmpfs.path / "res"
+    s = Store(res)
+    cid = s.create_campaign("run", experiment=None, experiment_name=None, params={})
+    s.add_trial(trial(cid, 0))
+    tmpfs.fill()
+    big = TrialResult(cid, 1, "all", TrialStatus.CRASHED, "local", 1.7e9, 1.0, {}, error="x" * 3_000_000)
+    with pytest.raises(StorageError) as e:
+        s.add_trial(big)
+    assert "disk is full" in str(e.value) and e.value.exit_code == EXIT_NO_MEASUREMENT, str(e.value)
+    assert "not a bisect-lab results database" not in str(e.value)
+    with pytest.raises(StorageError) as again:           # out of service: the first error, no second wait
+        s.finish_campaign(cid, "done", None)
+    assert again.value is e.value
+    s.close()
+    assert len(bisect_lab.load(res).trials()) == 1
