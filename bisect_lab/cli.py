@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, BisectLabError, UsageError
+from .errors import (EXIT_INCONCLUSIVE, EXIT_NO_MEASUREMENT, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, BisectLabError,
+                     UsageError)
 from .model import ATTRIBUTION_STRATEGIES
 
 
@@ -114,9 +115,17 @@ def _experiment(path: str | None):
     return load_experiment(Path(path) if path else bundled_demo())
 
 
-def _results(args) -> Path:
-    from .paths import default_results_dir
-    return Path(args.results) if args.results else default_results_dir()
+def _results(args, exp=None) -> Path:
+    """``--results``, else the default (never inside the target repository), said once on stderr."""
+    from .paths import results_dir
+    cached = getattr(args, "_results_dir", None)
+    if cached is not None:
+        return cached
+    d, note = results_dir(args.results, target_repo=exp.target.repo if exp is not None else None)
+    if note:
+        print(note, file=sys.stderr)
+    args._results_dir = d
+    return d
 
 
 def _cache(args) -> Path:
@@ -197,7 +206,7 @@ def _session(args, exp, *, quiet: bool):
     from .campaign import Session
     from .store import Store
     progress = _Progress(quiet=quiet, metric=exp.benchmark.metric)
-    store = Store(_results(args))
+    store = Store(_results(args, exp))
     hosts = _hosts(exp, args)
     s = Session(exp, store, hosts, log=progress.log, on_trial=progress.trial, on_plan=progress.plan,
                 on_replay=progress.replayed)
@@ -282,6 +291,7 @@ def cmd_bisect(args) -> int:
 
 def cmd_patches(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     console = Console()
     if args.action == "capture":
@@ -292,7 +302,7 @@ def cmd_patches(args) -> int:
         if args.json:
             print(_json({"out": str(out), "patches": [p.name for p in ps.patches]}))
         else:
-            console.print(f"captured {len(ps.patches)} patch(es) into {out}: {', '.join(ps.names)}")
+            console.print(escape(f"captured {len(ps.patches)} patch(es) into {out}: {', '.join(ps.names)}"))
         return EXIT_OK
     exp = _experiment(args.experiment)
     ps = exp.patchset
@@ -304,12 +314,13 @@ def cmd_patches(args) -> int:
                                "requires": list(p.requires), "files": list(p.files), "added": p.added,
                                "removed": p.removed, "description": p.description} for p in ps.patches]))
             return EXIT_OK
-        t = Table(title=f"patch set {ps.root}")
+        # every cell is the user's text (aliases, file names, paths): never rich markup
+        t = Table(title=escape(f"patch set {ps.root}"))
         for col in ("name", "aliases", "required", "requires", "files", "+/-"):
             t.add_column(col)
         for p in ps.patches:
-            t.add_row(p.name, ", ".join(p.aliases), "yes" if p.required else "", ", ".join(p.requires),
-                      "\n".join(p.files), f"+{p.added} -{p.removed}")
+            t.add_row(escape(p.name), escape(", ".join(p.aliases)), "yes" if p.required else "",
+                      escape(", ".join(p.requires)), escape("\n".join(p.files)), f"+{p.added} -{p.removed}")
         console.print(t)
         return EXIT_OK
     # check
@@ -324,7 +335,7 @@ def cmd_patches(args) -> int:
     if args.json:
         print(_json(data))
     else:
-        console.print(str(report) if hasattr(report, "__str__") else data)
+        console.print(escape(str(report)) if hasattr(report, "__str__") else data)
     if not report.ok:
         problems = getattr(report, "problems", None) or []
         first = problems[0] if problems else "a patch does not apply"
@@ -353,14 +364,16 @@ def cmd_cache(args) -> int:
         print(_json(info))
         return EXIT_OK
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
-    t = Table(title=f"tree cache {info.get('root', _cache(args))}")
+    t = Table(title=escape(f"tree cache {info.get('root', _cache(args))}"))
     for col in ("tree", "repository", "base", "patches", "size", "last used"):
         t.add_column(col)
     for tr in info.get("trees", []):
         used = tr.get("last_used")
-        t.add_row(str(tr.get("key", ""))[:16], str(tr.get("repo", "")), str(tr.get("commit", ""))[:12],
-                  ", ".join(tr.get("patches") or []), _size(tr.get("size_bytes")),
+        t.add_row(escape(str(tr.get("key", ""))[:16]), escape(str(tr.get("repo", ""))),
+                  escape(str(tr.get("commit", ""))[:12]), escape(", ".join(tr.get("patches") or [])),
+                  _size(tr.get("size_bytes")),
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(used)) if isinstance(used, (int, float)) else "-")
     Console().print(t)
     outs = info.get("outputs", [])
@@ -406,13 +419,21 @@ def cmd_gpu(args) -> int:
         for h in hosts:
             h.close()
     print(_json(out) if args.json else json.dumps(out, indent=2, default=str))
+    if args.action == "reset":
+        # "could not" is exit 4 (as a host that cannot be made ready for a trial), after the full output
+        failed = [(name, r) for name, r in out.items() if isinstance(r, dict) and r.get("ok") is False]
+        for name, r in failed:
+            print(f"bisect-lab: error: gpu reset on {name} did not succeed: {r.get('status')}: {r.get('reason')}",
+                  file=sys.stderr)
+        if failed:
+            return EXIT_NO_MEASUREMENT
     return EXIT_OK
 
 
 def cmd_diff(args) -> int:
     from .diffing import diff_runs
     from .store import Store
-    store = Store(_results(args), create=False)
+    store = Store(_results(args), create=False, read_only=True)
     res = diff_runs(store, args.a, args.b)
     if args.json:
         print(_json(res))
@@ -426,25 +447,33 @@ def cmd_diff(args) -> int:
 
 def cmd_report(args) -> int:
     from .report import write_report
-    from .store import Store
-    store = Store(_results(args), create=False)
-    out = write_report(store, args.what, fmt=args.format, out=args.out)
+    from .store import Store, StorageError
+    store = Store(_results(args), create=False, read_only=True)
+    try:
+        out = write_report(store, args.what, fmt=args.format, out=args.out)
+    except OSError as e:
+        where = e.filename or args.out or store.dir
+        hint = "" if args.out else "; pass --out FILE to write it elsewhere"
+        raise StorageError(f"cannot write the report to {where}: {e.strerror or e}{hint}") from None
     print(out)
     return EXIT_OK
 
 
 def cmd_sweep(args) -> int:
     from .sweep import render_sweep, run_sweep
+    from .config import load_experiment
+    from .sweep import load_sweep
     progress = _Progress(quiet=args.json and not sys.stderr.isatty(), metric="")
+    results = _results(args, load_experiment(load_sweep(args.sweep).experiment))
     try:
-        res = run_sweep(args.sweep, results=_results(args), cache=_cache(args),
+        res = run_sweep(args.sweep, results=results, cache=_cache(args),
                         bisect_on_regression=args.bisect_on_regression, json_mode=args.json, log=progress.log)
     finally:
         progress.stop()
     if res.get("regressions"):
         from .report import write_report
         from .store import Store
-        with Store(_results(args)) as st:
+        with Store(results) as st:
             res["report"] = str(write_report(st, res["sweep"], fmt="html"))
     if args.json:
         print(_json(res))
@@ -460,7 +489,8 @@ def cmd_sweep(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="bisect-lab", description="Which patch, commit or env var caused the regression, "
                                                "by how much, and how sure are we.")
-    p.add_argument("--results", help="results folder (default ./results, env BISECT_LAB_RESULTS)")
+    p.add_argument("--results", help="results folder (default ./results, or the user data dir when run from "
+                                     "inside the target repository; env BISECT_LAB_RESULTS)")
     p.add_argument("--cache", help="clone/tree cache (default user cache dir, env BISECT_LAB_CACHE)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"bisect-lab {__version__}")

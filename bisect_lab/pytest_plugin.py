@@ -36,7 +36,8 @@ _MARKER = "bisect_lab"
 def pytest_addoption(parser):
     group = parser.getgroup("bisect-lab", "bisect-lab performance experiments")
     group.addoption("--bisect-lab-results", default=None, metavar="DIR",
-                    help="results folder for experiment trials (default: BISECT_LAB_RESULTS or ./results)")
+                    help="results folder for experiment trials (default: BISECT_LAB_RESULTS or ./results; "
+                         "the user data dir when pytest runs inside the target repository)")
     group.addoption("--bisect-lab-cache", default=None, metavar="DIR",
                     help="clone/tree cache (default: BISECT_LAB_CACHE or the user cache dir)")
     group.addoption("--bisect-lab-experiment", default=None, metavar="TOML",
@@ -105,15 +106,13 @@ class _State:
     def __init__(self, config):
         self.config = config
         self._store = None
+        self._target: str | None = None       # the first experiment's target: never results inside it
         self._sessions: dict[str, object] = {}
 
     @property
     def results(self) -> Path:
-        opt = self.config.getoption("--bisect-lab-results")
-        if opt:
-            return Path(opt)
-        from .paths import default_results_dir
-        return default_results_dir()
+        from .paths import results_dir
+        return results_dir(self.config.getoption("--bisect-lab-results"), target_repo=self._target)[0]
 
     @property
     def cache(self) -> Path:
@@ -138,6 +137,8 @@ class _State:
             from .config import load_experiment
             from .hosts import make_hosts
             exp = load_experiment(experiment_path)
+            if self._store is None:
+                self._target = exp.target.repo
             self._sessions[key] = Session(exp, self.store(), make_hosts(exp.host, cache_dir=self.cache))
         return self._sessions[key]
 

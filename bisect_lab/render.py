@@ -27,8 +27,9 @@ def run_result(res: dict, console: Console) -> None:
 def _metric_tables(m: dict, family: bool, console: Console, primary_of: dict | None) -> None:
     """One metric's arms table and comparisons table; ``primary_of``: the run, for the primary metric."""
     direction = f"{m['metric']} ({'higher' if m['higher_is_better'] else 'lower'} is better)"
-    title = (f"{primary_of['experiment']}: {direction} — campaign {primary_of['campaign']}" if primary_of
-             else f"{direction} — secondary metric")
+    # the experiment's name and the metric's are the user's text: escaped like the arms
+    title = escape(f"{primary_of['experiment']}: {direction} — campaign {primary_of['campaign']}" if primary_of
+                   else f"{direction} — secondary metric")
     t = Table(title=title)
     for col in ("arm", "n", "median", "mean", "CV", "95% CI", "failed"):
         # fold, not ellipsis: two arms that differ by a secret's tag (<redacted:3f2a1b9c>) stay apart
@@ -41,7 +42,7 @@ def _metric_tables(m: dict, family: bool, console: Console, primary_of: dict | N
     console.print(t)
     if not m["comparisons"]:
         return
-    c = Table(title=("Pairwise comparisons" if primary_of else f"{m['metric']}: pairwise comparisons")
+    c = Table(title=("Pairwise comparisons" if primary_of else f"{escape(m['metric'])}: pairwise comparisons")
               + " (b relative to a)"
               + (", p-values Holm-adjusted over the run's comparisons" if family else ""))
     for col in ("a", "b", "host", "ratio", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
@@ -81,7 +82,7 @@ def attribution_result(res: dict, console: Console) -> None:
     status = res["status"]
     color = {"culprits": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
     console.print(f"[{color}]{status}[/]: good = {escape(repr(res['good']))}, bad = {escape(repr(res['bad']))}, "
-                  f"metric {res['metric']}, {res['trials']} trials (campaign {res['campaign']})")
+                  f"metric {escape(str(res['metric']))}, {res['trials']} trials (campaign {res['campaign']})")
     if res.get("culprits"):
         console.print(f"culprits: [bold]{escape(', '.join(res['culprits']))}[/]")
     reg = res.get("regression")
@@ -117,14 +118,14 @@ def attribution_result(res: dict, console: Console) -> None:
         console.print(escape(line))
     cands = res.get("candidates")
     if cands and res["status"] != "culprits":
-        console.print("most likely factors: " + ", ".join(f"{n} ({p:.2f})" for n, p in cands[:4]))
+        console.print(escape("most likely factors: " + ", ".join(f"{n} ({p:.2f})" for n, p in cands[:4])))
     plan = res.get("plan")
     if isinstance(plan, dict) and plan.get("trials_per_arm"):
         console.print(f"planning: to resolve {plan.get('min_effect', 0.02) * 100:.0f}% at this noise: "
                       f"about {plan['trials_per_arm']} trials per arm")
         res = dict(res, plan=None)
     if res.get("plan"):
-        console.print(f"planning: {res['plan']}")
+        console.print(escape(f"planning: {res['plan']}"))
     _warnings(res, console)
     _go_on(res, console)
 
@@ -159,4 +160,4 @@ def _go_on(res: dict, console: Console) -> None:
         what = f"{w['option']} N (N > {w['more_than']})" if "more_than" in w else f"{w['option']} {w['value']}"
         why = ("to look for a smaller culprit beside the named ones, with the trials already made"
                if w["option"] == "--strategy" else "to go on with more trials in this campaign")
-        console.print(f"{why}: the same command with --resume {res['campaign']} {what}")
+        console.print(escape(f"{why}: the same command with --resume {res['campaign']} {what}"))

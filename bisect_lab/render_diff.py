@@ -8,12 +8,13 @@ from rich.table import Table
 
 def render_diff(res: dict, console: Console) -> None:
     a, b = res["a"], res["b"]
-    console.print(f"A = {a['ref']} (campaign {a['campaign']}, trial {a['trial']})")
-    console.print(f"B = {b['ref']} (campaign {b['campaign']}, trial {b['trial']})")
+    # refs, arms (env values) and metric names are the user's text: escaped, never rich markup
+    console.print(escape(f"A = {a['ref']} (campaign {a['campaign']}, trial {a['trial']})"))
+    console.print(escape(f"B = {b['ref']} (campaign {b['campaign']}, trial {b['trial']})"))
     for side in (a, b):
         for arm, ms in side["metrics"].items():
             line = ", ".join(f"{k} {v['median']:.4g} (n={v['n']})" for k, v in sorted(ms.items())[:4])
-            console.print(f"  {side['ref']}: {arm}: {line}")
+            console.print(escape(f"  {side['ref']}: {arm}: {line}"), highlight=False)
     t = Table(title="What differed")
     for col in ("what", "A", "B"):
         t.add_column(col, overflow="fold")      # a secret arm differs by its whole tag
@@ -26,4 +27,4 @@ def render_diff(res: dict, console: Console) -> None:
     else:
         console.print("no differences in configuration or fingerprint")
     for ref in res.get("fingerprint_missing", []):
-        console.print(f"[yellow]note:[/] {ref} has no stored fingerprint (no successful trial)")
+        console.print(f"[yellow]note:[/] {escape(str(ref))} has no stored fingerprint (no successful trial)")

@@ -3,6 +3,13 @@
 WAL mode and one transaction per trial, so a crash or ``kill -9`` loses at most the
 trial in flight. The schema is versioned; opening a newer database with an older
 bisect-lab is refused rather than guessed at.
+
+Storage trouble after the store is open (the database locked by someone else past the busy
+timeout, a full disk) never loses a finished trial: the write is retried with backoff, then the
+trial is spooled to ``bisect-lab.spool.jsonl`` beside the database and stored on the next
+writable open (a ``--resume``), and the command stops with :class:`StorageError` (exit 4).
+Read-only opens (``report``, ``diff``, :func:`load`) never write, so an archived results folder
+on a read-only disk can be read.
 """
 from __future__ import annotations
 
@@ -13,11 +20,12 @@ import secrets
 import sqlite3
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import BisectLabError, ConfigError
+from .errors import EXIT_NO_MEASUREMENT, BisectLabError, ConfigError
 from .model import TrialResult, TrialStatus
 from .redact import redact_text, redact_tree
 
@@ -26,6 +34,12 @@ DB_NAME = "bisect-lab.sqlite"
 # The key of the arms' secret tags (bisect_lab.redact): beside the database, never in it, so that
 # a shared database or report gives nothing to test a guessed password against.
 KEY_NAME = "redaction.key"
+SPOOL_NAME = "bisect-lab.spool.jsonl"
+_TABLES = ("meta", "campaigns", "trials", "fingerprints")
+# How long one statement waits for another process's lock, and how often a write is retried
+# after that; BISECT_LAB_BUSY_TIMEOUT_S is for tests (a locked database in seconds, not minutes).
+BUSY_TIMEOUT_S = 30.0
+WRITE_ATTEMPTS = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,7 +79,62 @@ CREATE TABLE IF NOT EXISTS fingerprints (id TEXT PRIMARY KEY, data TEXT NOT NULL
 
 
 class StoreError(BisectLabError):
-    pass
+    """A results folder or database that is not usable as given (exit 2): not a bisect-lab
+    database, an unknown campaign, a schema this version does not know."""
+
+
+class StorageError(StoreError):
+    """The storage itself failed (exit 4): locked past the busy timeout, disk full, I/O or
+    permission errors. The data already stored is not damaged; the message says so."""
+
+    exit_code = EXIT_NO_MEASUREMENT
+
+
+def _busy_timeout_s() -> float:
+    try:
+        v = float(os.environ.get("BISECT_LAB_BUSY_TIMEOUT_S", BUSY_TIMEOUT_S))
+    except ValueError:
+        return BUSY_TIMEOUT_S
+    return v if math.isfinite(v) and v >= 0 else BUSY_TIMEOUT_S
+
+
+def _is_transient(e: sqlite3.Error) -> bool:
+    msg = str(e).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def _io_words(e: BaseException) -> str:
+    """What kind of storage failure ``e`` is, in words a user can act on."""
+    msg = str(e).lower()
+    if "locked" in msg or "busy" in msg:
+        return "the database is locked by another process"
+    if "full" in msg:
+        return "the disk is full"
+    if "readonly" in msg or "read-only" in msg:
+        return "the results folder or disk is read-only"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    name = getattr(e, "sqlite_errorname", "")
+    return f"{e} ({name}; check free space and permissions)" if name else str(e)
+
+
+def _trial_to_json(t: TrialResult, extra, fingerprint_data) -> str:
+    d = {f: getattr(t, f) for f in TrialResult.__dataclass_fields__}
+    d["status"] = t.status.value
+    d["metrics"] = dict(t.metrics)
+    d["env_report"] = dict(t.env_report)
+    d["flags"] = list(t.flags)
+    # the spool is a sink like the database: the same redaction (the arm keeps its tags)
+    return dumps({"trial": d, "extra": extra, "fingerprint_data": fingerprint_data}, redact=True)
+
+
+def _trial_from_json(line: str):
+    rec = json.loads(line)
+    d = dict(rec["trial"])
+    d["status"] = TrialStatus(d["status"])
+    d["metrics"] = {k: (float("nan") if v is None else v) for k, v in (d.get("metrics") or {}).items()}
+    d["flags"] = tuple(d.get("flags") or ())
+    return TrialResult(**d), rec.get("extra"), rec.get("fingerprint_data")
 
 
 def _json_default(o):
@@ -149,26 +218,116 @@ def load_or_create_key(results_dir: str | os.PathLike) -> bytes:
 class Store:
     """Campaigns, trials and fingerprints in one SQLite file. Thread-safe."""
 
-    def __init__(self, results_dir: str | os.PathLike, *, create: bool = True):
+    def __init__(self, results_dir: str | os.PathLike, *, create: bool = True, read_only: bool = False):
+        """Open (``create``: or create) the results database of ``results_dir``.
+
+        ``read_only``: never write (no schema set-up, no spool drain); a folder or disk that
+        cannot be written is opened immutable, so an archive can still be read.
+        """
         self.dir = Path(results_dir)
         self.path = self.dir / DB_NAME
-        if not self.path.exists() and not create:
-            raise StoreError(f"no results database at {self.path}")
+        self.spool_path = self.dir / SPOOL_NAME
+        self.read_only = read_only
+        self._broken: StorageError | None = None
+        self._busy_s = _busy_timeout_s()
         if self.dir.exists() and not self.dir.is_dir():
             raise ConfigError(self.dir, None, "results path exists and is not a folder")
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(self.dir, None, f"cannot create the results folder: {e.strerror or e}") from None
+        if not self.path.exists() and (not create or read_only):
+            raise StoreError(f"no results database at {self.path}")
+        if not read_only:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(self.dir, None, f"cannot create the results folder: {e.strerror or e}") from None
         self._lock = threading.RLock()
+        self._db = self._connect_read_only() if read_only else self._connect()
+        if not read_only:
+            self._drain_spool()
+
+    def _connect(self) -> sqlite3.Connection:
+        existed = self.path.exists() and self.path.stat().st_size > 0
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
+            db = sqlite3.connect(self.path, check_same_thread=False, timeout=self._busy_s, isolation_level=None)
+        except sqlite3.Error as e:
+            raise self._open_error(e) from None
+        try:
+            if existed:
+                self._check_ours(db)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            self._db = db
             self._migrate()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: not a bisect-lab results database ({e})") from None
+        except BaseException as e:
+            db.close()
+            if isinstance(e, sqlite3.Error):
+                raise self._open_error(e) from None
+            raise
+        return db
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        # mode=ro sees a live WAL; immutable=1 is for a folder or disk nobody can write (it needs
+        # no -shm file), where no other writer can exist either.
+        uri = "file:" + urllib.parse.quote(str(self.path.resolve()))
+        # os.access is true for root on a chmod -w folder: no write bit at all also means "an archive"
+        writable = (os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)
+                    and bool(self.dir.stat().st_mode & 0o222))
+        modes = ("mode=ro", "immutable=1") if writable else ("immutable=1",)
+        err: sqlite3.Error | None = None
+        for mode in modes:
+            db = None
+            try:
+                db = sqlite3.connect(f"{uri}?{mode}", uri=True, check_same_thread=False, timeout=self._busy_s,
+                                     isolation_level=None)
+                self._check_ours(db)
+                return db
+            except sqlite3.Error as e:
+                if db is not None:
+                    db.close()
+                if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError):
+                    raise self._open_error(e) from None        # not SQLite: the other mode says the same
+                err = e
+        raise self._open_error(err) from None
+
+    def _check_ours(self, db: sqlite3.Connection) -> None:
+        """Refuse an SQLite file that is not a bisect-lab database, or one of a newer schema."""
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in _TABLES if t not in names]
+        # writing, a database of ours (it has our meta table) gets missing tables made by _migrate;
+        # one with other tables only is someone else's and is left untouched
+        if missing and (self.read_only or (names and "meta" not in names)):
+            raise StoreError(f"{self.path}: an SQLite database, but not a bisect-lab results database "
+                             f"(no table {missing[0]!r})")
+        if not missing:
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            self._check_version(row)
+
+    def _check_version(self, row) -> None:
+        if row is None:
+            if self.read_only:
+                raise StoreError(f"{self.path}: not a bisect-lab results database (no schema version)")
+            return
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            # bad input rather than a storage failure (exit 2): a file some other tool wrote
+            raise StoreError(f"{self.path}: not a bisect-lab results database (schema version {row[0]!r} "
+                             f"is not a number)") from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}, newer than this bisect-lab "
+                             f"({SCHEMA_VERSION}); upgrade bisect-lab")
+
+    def _open_error(self, e: sqlite3.Error) -> StoreError:
+        """A file that is not SQLite (exit 2) vs. storage that failed under a healthy file (exit 4)."""
+        msg = str(e).lower()
+        if isinstance(e, sqlite3.DatabaseError) and ("not a database" in msg or "malformed" in msg
+                                                      or "encrypted" in msg):
+            return StoreError(f"{self.path}: not a bisect-lab results database ({e})")
+        words = _io_words(e)
+        if not self.read_only and not os.access(self.dir, os.W_OK):
+            words = "the results folder or disk is read-only (report, diff and load() can still read it)"
+        return StorageError(f"cannot open {self.path}: {words}; an I/O failure, not a damaged "
+                            f"database: the stored results are intact")
 
     def redaction_key(self) -> bytes:
         """This results folder's key of secret tags, created (mode 0600) on first need."""
@@ -181,9 +340,80 @@ class Store:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise StoreError(f"{self.path} has schema version {row[0]}, newer than this bisect-lab "
-                                 f"({SCHEMA_VERSION}); upgrade bisect-lab")
+            else:
+                self._check_version(row)
+
+    # ------------------------------------------------------------------ write failures
+    def _write(self, what: str, op, *, spool=None):
+        """Run the write ``op``; retry while the database is locked, then fail with one
+        :class:`StorageError`. ``spool``: the (trial, extra, fingerprint) to keep beside the
+        database when the write cannot be made, so the trial is not lost. After a failure this
+        store is out of service: later writes raise the first error at once (no second wait;
+        their trials are spooled too)."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only; cannot {what}")
+        if self._broken is not None:        # the first failure is the one to report; no second wait
+            if spool is not None:
+                self._spool(*spool)
+            raise self._broken
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                return op()
+            except sqlite3.OperationalError as e:      # storage trouble; an IntegrityError is a bug
+                if _is_transient(e) and attempt + 1 < WRITE_ATTEMPTS:
+                    time.sleep(min(2.0, 0.1 * 2 ** attempt))
+                    continue
+                err = e
+                break
+        kept = ""
+        if spool is not None:
+            kept = self._spool(*spool)
+        self._broken = StorageError(f"cannot {what} in {self.path}: {_io_words(err)}{kept}")
+        raise self._broken from None
+
+    def _spool(self, t: TrialResult, extra, fingerprint_data) -> str:
+        try:
+            with open(self.spool_path, "a", encoding="utf-8") as f:
+                f.write(_trial_to_json(t, extra, fingerprint_data) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            return f"; the trial could not be kept in {self.spool_path} either ({e.strerror or e}): it is lost"
+        return (f"; trial {t.trial} of campaign {t.campaign} is kept in {self.spool_path} and stored the next "
+                f"time this results folder is opened (e.g. --resume {t.campaign})")
+
+    def _drain_spool(self) -> None:
+        """Store the trials a failed write left in the spool (already stored ones are skipped)."""
+        if not self.spool_path.exists():
+            return
+        try:
+            lines = [ln for ln in self.spool_path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        except OSError as e:
+            raise StorageError(f"cannot read {self.spool_path}: {e.strerror or e}") from None
+        left = []           # trials of a campaign this database does not have: kept for the right one
+        for ln in lines:
+            try:
+                t, extra, fp = _trial_from_json(ln)
+            except (ValueError, KeyError, TypeError):
+                continue            # a line cut short by the failure that made it: nothing to keep
+            with self._lock:
+                have = self._db.execute("SELECT 1 FROM trials WHERE campaign=? AND trial=?",
+                                        (t.campaign, t.trial)).fetchone()
+                known = self._db.execute("SELECT 1 FROM campaigns WHERE id=?", (t.campaign,)).fetchone()
+            if not known:
+                left.append(ln)
+            elif not have:
+                self._write(f"store spooled trial {t.trial} of campaign {t.campaign}",
+                            lambda: self._add_trial(t, extra, fp))
+        try:
+            if left:
+                tmp = self.spool_path.with_suffix(".tmp")
+                tmp.write_text("".join(ln + "\n" for ln in left), encoding="utf-8")
+                os.replace(tmp, self.spool_path)
+            else:
+                self.spool_path.unlink()
+        except OSError:
+            pass            # stored trials are skipped next time: nothing is stored twice
 
     def close(self):
         with self._lock:
@@ -199,24 +429,36 @@ class Store:
     def create_campaign(self, kind: str, *, experiment: str | None, experiment_name: str | None,
                         params: dict, campaign_id: str | None = None) -> str:
         cid = campaign_id or new_campaign_id(kind)
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO campaigns (id, kind, experiment, experiment_name, created, status, params)"
-                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (cid, kind, experiment, experiment_name, time.time(), _stored(params)))
+
+        def op():
+            with self._lock:
+                self._db.execute(
+                    "INSERT INTO campaigns (id, kind, experiment, experiment_name, created, status, params)"
+                    " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                    (cid, kind, experiment, experiment_name, time.time(), _stored(params)))
+        self._write("create a campaign", op)
         return cid
 
     def finish_campaign(self, cid: str, status: str, result: dict | None):
+        self._write(f"finish campaign {cid}", lambda: self._finish_campaign(cid, status, result))
+
+    def _finish_campaign(self, cid, status, result):
         with self._lock:
             self._db.execute("UPDATE campaigns SET status=?, finished=?, result=? WHERE id=?",
                              (status, time.time(), _stored(result) if result is not None else None, cid))
 
     def set_campaign_status(self, cid: str, status: str):
+        self._write(f"mark campaign {cid} {status}", lambda: self._set_campaign_status(cid, status))
+
+    def _set_campaign_status(self, cid, status):
         with self._lock:
             self._db.execute("UPDATE campaigns SET status=? WHERE id=?", (status, cid))
 
     def set_campaign_params(self, cid: str, params: dict):
         """Replace a campaign's parameters (a resume that raised its budget)."""
+        self._write(f"update campaign {cid}", lambda: self._set_campaign_params(cid, params))
+
+    def _set_campaign_params(self, cid, params):
         with self._lock:
             self._db.execute("UPDATE campaigns SET params=? WHERE id=?", (_stored(params), cid))
 
@@ -259,7 +501,12 @@ class Store:
         return 0 if row[0] is None else row[0] + 1
 
     def add_trial(self, t: TrialResult, *, extra: dict | None = None, fingerprint_data: dict | None = None):
-        """Store one finished trial (and its fingerprint) in one transaction."""
+        """Store one finished trial (and its fingerprint) in one transaction; when the database
+        cannot take it, the trial is spooled beside it (see the module docstring)."""
+        self._write(f"store trial {t.trial} of campaign {t.campaign}",
+                    lambda: self._add_trial(t, extra, fingerprint_data), spool=(t, extra, fingerprint_data))
+
+    def _add_trial(self, t: TrialResult, extra: dict | None, fingerprint_data: dict | None):
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -275,11 +522,14 @@ class Store:
                      _stored(dict(t.env_report)), dumps(list(t.flags)), redact_text(t.tag), _stored(extra or {})))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
 
     def set_flags(self, cid: str, flags: dict[int, tuple[str, ...]]) -> None:
         """Replace the flags of trials of a campaign (set once the campaign's norm is known)."""
+        self._write(f"flag trials of campaign {cid}", lambda: self._set_flags(cid, flags))
+
+    def _set_flags(self, cid, flags):
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -288,8 +538,15 @@ class Store:
                                      (dumps(sorted(f)), cid, int(trial)))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
+
+    def _rollback(self):
+        # A failed COMMIT (disk full) may leave no transaction open: the error to report is the first.
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
     def trials(self, cid: str | None = None) -> list[TrialResult]:
         q = "SELECT * FROM trials" + (" WHERE campaign=?" if cid else "") + " ORDER BY campaign, trial"
@@ -361,7 +618,7 @@ class Results:
     """What :func:`bisect_lab.load` returns: read access to a results folder."""
 
     def __init__(self, results_dir: str | os.PathLike):
-        self.store = Store(results_dir, create=False)
+        self.store = Store(results_dir, create=False, read_only=True)
 
     def trials(self, campaign: str | None = None):
         return self.store.trials_frame(campaign)

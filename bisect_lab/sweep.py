@@ -136,12 +136,23 @@ def load_sweep(path: str | Path) -> SweepConfig:
     for k, v in d.items():
         if k not in fields:
             raise ConfigError(path, f"detect.{k}", f"unknown key; expected one of {', '.join(sorted(fields))}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ConfigError(path, f"detect.{k}", f"expected a non-negative number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ConfigError(path, f"detect.{k}", f"expected a finite non-negative number, got {v!r}")
+        if k in ("permutations", "baseline_nights", "seed") and not isinstance(v, int):
+            raise ConfigError(path, f"detect.{k}", f"expected an integer, got {v!r}")
         kw[k] = int(v) if k in ("permutations", "baseline_nights", "seed") else float(v)
     b = raw.get("bisect", {})
-    max_trials = b.get("max_trials") if isinstance(b, dict) else None
-    return SweepConfig(path=path.resolve(), name=str(raw.get("name") or path.stem), experiment=exp_path,
+    if not isinstance(b, dict):
+        raise ConfigError(path, "bisect", "expected a table")
+    if set(b) - {"max_trials"}:
+        raise ConfigError(path, f"bisect.{sorted(set(b) - {'max_trials'})[0]}", "unknown key; expected max_trials")
+    max_trials = b.get("max_trials")
+    if max_trials is not None and (isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1):
+        raise ConfigError(path, "bisect.max_trials", f"expected an integer >= 1, got {max_trials!r}")
+    name = raw.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or "\0" in name):
+        raise ConfigError(path, "name", f"expected a non-empty string (the sweep's name), got {name!r}")
+    return SweepConfig(path=path.resolve(), name=str(name or path.stem), experiment=exp_path,
                        ref=ref, arms=tuple(dict.fromkeys(arms)), repeat=repeat, detect=Detect(**kw),
                        bisect_max_trials=max_trials)
 
@@ -418,26 +429,27 @@ def _bisect(session, series, regressions, commit, cfg, log) -> list[dict]:
 # --------------------------------------------------------------------------- rendering
 def render_sweep(res: dict, console) -> None:
     """Print a sweep result for people (a rich Console is passed in by the entry point)."""
+    from rich.markup import escape as e        # arms, subjects, reasons are the user's text
     from rich.table import Table
     reg = res.get("regressions") or []
     head = "[bold red]REGRESSION[/]" if reg else "[green]no regression[/]"
-    console.print(f"{head} — sweep {res['sweep']}, night {res['night']}, {res['ref']} = "
-                  f"{res['commit'][:12]} {res.get('subject', '')} (campaign {res['campaign']})")
-    t = Table(title=f"{res['metric']} per arm ({'higher' if res['higher_is_better'] else 'lower'} is better)")
+    console.print(f"{head} — " + e(f"sweep {res['sweep']}, night {res['night']}, {res['ref']} = "
+                                   f"{res['commit'][:12]} {res.get('subject', '')} (campaign {res['campaign']})"))
+    t = Table(title=e(f"{res['metric']} per arm ({'higher' if res['higher_is_better'] else 'lower'} is better)"))
     for col in ("arm", "status", "tonight", "last good", "change", "why"):
         t.add_column(col)
     for s in res["series"]:
         c = s.get("comparison") or {}
         meds = [m for m in s.get("medians", []) if m is not None]
         color = {"regression": "bold red", "improvement": "green"}.get(s["status"], "")
-        t.add_row(s["arm"], f"[{color}]{s['status']}[/]" if color else s["status"],
+        t.add_row(e(s["arm"]), f"[{color}]{s['status']}[/]" if color else e(s["status"]),
                   f"{meds[-1]:.2f}" if meds else "-",
-                  (s.get("last_good_commit") or "-")[:12],
-                  f"{(c['ratio'] - 1) * 100:+.1f}%" if c.get("ratio") else "-", s.get("reason", ""))
+                  e((s.get("last_good_commit") or "-")[:12]),
+                  f"{(c['ratio'] - 1) * 100:+.1f}%" if c.get("ratio") else "-", e(str(s.get("reason", ""))))
     console.print(t)
     for b in res.get("bisections") or []:
         if b.get("commit"):
-            console.print(f"bisection ({b['arm']}): first bad commit {b['commit']} [{b.get('status')}]")
+            console.print(e(f"bisection ({b['arm']}): first bad commit {b['commit']} [{b.get('status')}]"))
         else:
-            console.print(f"bisection ({b['arm']}): {b.get('status')} {b.get('reason') or b.get('error') or ''}")
-    console.print(f"report: {res.get('report_command')}")
+            console.print(e(f"bisection ({b['arm']}): {b.get('status')} {b.get('reason') or b.get('error') or ''}"))
+    console.print(e(f"report: {res.get('report_command')}"))
