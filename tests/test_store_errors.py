@@ -176,3 +176,14 @@ def test_disk_full_during_a_write_is_a_storage_error_naming_it(tmp_path, tmpfs):
     assert again.value is e.value
     s.close()
     assert len(bisect_lab.load(res).trials()) == 1
+
+
+def test_the_spool_is_redacted_like_the_database(tmp_path):
+    """A trial kept in the spool (the database was locked) holds no secret either: the spool is a
+    file under the results folder like the database."""
+    from bisect_lab.store import _trial_to_json
+    t = TrialResult("c", 0, "all", TrialStatus.CRASHED, "local", 1.7e9, 1.0, {},
+                    error="benchmark exited with 1: HF_TOKEN=hf_spoolsecret987 rejected")
+    line = _trial_to_json(t, {"stdout_tail": "--api-key sk-spoolsecret654"}, None)
+    assert "hf_spoolsecret987" not in line and "sk-spoolsecret654" not in line, line
+    assert '"arm": "all"' in line and '"campaign": "c"' in line
