@@ -37,17 +37,20 @@ def run(h: History, **kw) -> BisectVerdict:
 
 # --------------------------------------------------------------------------- correctness
 def test_large_step_found_exactly_and_quickly():
-    covered = 0
+    covered, trials = 0, []
     for seed in range(8):
         h = History(1000, change=37 + 111 * seed, step=0.25, cv=0.03, seed=seed)
         v = run(h, seed=seed)
         assert (v.status, v.index) == ("culprit", h.change), (seed, v.status, v.index)
         assert v.mass >= 0.95
-        assert v.trials <= 25  # ~6 to confirm + ~10 single halvings
+        trials.append(v.trials)
+        # ~6 to confirm + ~10 single halvings, and at most 8 readings when the model check is unsure
+        assert v.trials <= 34
         lo, hi = v.effect_ci
         covered += lo <= 0.75 <= hi
         assert abs(v.effect - 0.75) < 0.05
     assert covered >= 6  # a 95% interval
+    assert np.mean(trials) <= 25, trials
 
 
 def test_five_percent_step_at_cv3_mostly_right():
@@ -391,21 +394,6 @@ def test_two_steps_are_reported_as_several_with_each_step():
     # to reject one step (docs/bisection.md, limits); old strategy: never.
     assert outcomes.count("several") >= 4, outcomes
     assert found >= outcomes.count("several") // 2
-
-
-def test_a_named_commits_effect_is_not_pulled_by_a_later_opposite_change():
-    # +15% (slower) then a -4% change back later: the culprit's effect comes from the readings next
-    # to it, not from the endpoints (which differ by only ~11%).
-    effects = []
-    for seed in range(8):
-        c1, c2 = 100 + 11 * seed, 300
-        v, _ = _profile_run(400, lambda i, a=c1, b=c2: 100.0 * (0.85 if i >= a else 1) * (1.04 if i >= b else 1),
-                            0.03, seed)
-        first = v.steps[0] if v.status == "several" else {"index": v.index, "effect": v.effect}
-        if first["index"] == c1:
-            effects.append(first["effect"])
-    assert len(effects) >= 6, effects
-    assert abs(float(np.median(effects)) - 0.85) < 0.03, effects
 
 
 def test_stalls_do_not_put_the_answer_on_a_wrong_commit():

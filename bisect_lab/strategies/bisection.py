@@ -121,6 +121,10 @@ SCALE_PRIOR_N = 8.0
 CHECK_ALPHA = 0.002
 CHECK_ALPHA_LOOK = 0.002
 CHECK_GRAY = 0.02
+CHECK_LOOSE = 0.3
+MODEL_EXTRA_LOOSE = 8
+# ... and a fitted second step counts only at min_effect or more and |t| >= SECOND_T.
+SECOND_T = 2.0
 CHECK_EVERY = 12
 CHECK_FROM = 36
 CHECK_REPS = 999
@@ -933,7 +937,10 @@ class BisectionStrategy:
         (two distinct positions): otherwise the 'alternative' is noise dressed as structure."""
         if alt == "two":
             l1, l2, l3 = f.two_levels
-            return min(abs(l1 - l2), abs(l2 - l3)) >= self._d_min
+            n1, n2, n3 = f.two_counts
+            sd = math.sqrt(f.rss_two / max(f.n - 3, 1))
+            t = min(abs(l1 - l2) / (sd * math.sqrt(1 / n1 + 1 / n2)), abs(l2 - l3) / (sd * math.sqrt(1 / n2 + 1 / n3)))
+            return min(abs(l1 - l2), abs(l2 - l3)) >= self._d_min and t >= SECOND_T
         lo, hi = f.xs[f.slide[0]], f.xs[f.slide[1]]
         return int(np.sum((f.xs > lo) & (f.xs < hi))) >= 2
 
@@ -945,13 +952,21 @@ class BisectionStrategy:
         f, p = _models.check_one_step(pos, u, seed=[self.seed, len(self._path)], reps=CHECK_REPS)
         self._check = {"p_one_step": p, "model": "one", "extra": self._extra}
         alpha = CHECK_ALPHA if final else CHECK_ALPHA_LOOK
-        if f is None or p > (CHECK_GRAY if final else alpha):
+        if f is None:
             return "one"
         alt = "slide" if f.rss_slide <= f.rss_two else "two"
-        if not self._alternative_is_real(f, alt):
-            return "one"
-        if p > alpha:
-            probe = self._disagreement(f, "one", alt, pos) if self._can_probe() else None
+        real = self._alternative_is_real(f, alt)
+        if not (p <= alpha and real):
+            # Undecided at the answer: nearly significant, or a second step of min_effect or more
+            # fitted that the readings can neither confirm nor rule out (a second step is usually
+            # where the search read little, far from the first; the probes read there).
+            if final and p <= CHECK_GRAY and real:
+                probe_alt = alt
+            elif final and p <= CHECK_LOOSE and self._extra < MODEL_EXTRA_LOOSE and self._alternative_is_real(f, "two"):
+                probe_alt = "two"
+            else:
+                return "one"
+            probe = self._disagreement(f, "one", probe_alt, pos) if self._can_probe() else None
             if probe is None:
                 return "one"
             self._probe = probe
@@ -992,7 +1007,9 @@ class BisectionStrategy:
         xs = f.xs
         cand = set(int(x) for x in xs)
         cand |= {int((a + b) // 2) for a, b in zip(xs[:-1], xs[1:]) if b - a > 1}
-        cand = sorted(c for c in cand if 0 < c < self.n - 1 and c not in self._untestable)
+        # Endpoints included: a second step far from the first shows as an endpoint that does not
+        # read like the flat run next to the step.
+        cand = sorted(c for c in cand if 0 <= c <= self.n - 1 and c not in self._untestable)
         if not cand:
             return None
         c = np.asarray(cand)
@@ -1021,8 +1038,9 @@ class BisectionStrategy:
         self._next_child()
 
     def _next_child(self) -> None:
-        """Pin the next step by a sub-bisection of the gap that holds it, started from the
-        readings of the flat segments on either side (told as its two endpoints)."""
+        """Pin the next step by a sub-bisection of the stretch between the other step's fitted
+        gap and the far end (not only the gap this step was fitted in: a fitted split is noisy,
+        and a sub-bisection of a gap without the step names noise), told every reading there."""
         while self._steps_todo:
             st = self._steps_todo[0]
             lo, hi = st["lo"], st["hi"]
@@ -1031,17 +1049,19 @@ class BisectionStrategy:
                 continue
             pos, u, _ = self._arrays()
             keep = self._kept()
-            left = keep & (pos >= st["seg_lo"]) & (pos <= lo)
-            right = keep & (pos >= hi) & (pos <= st["seg_hi"])
+            a, b = st["seg_lo"], st["seg_hi"]
+            left = keep & (pos >= a) & (pos <= lo)
+            right = keep & (pos >= hi) & (pos <= b)
+            inside = keep & (pos >= a) & (pos <= b)
             worse = float(u[left].mean()) > float(u[right].mean())
             child = BisectionStrategy(
-                hi - lo + 1, higher_is_better=self.higher_is_better == worse,
+                b - a + 1, higher_is_better=self.higher_is_better == worse,
                 seed=self.seed + 1 + len(self._steps_done),
-                max_trials=max(2 * MIN_ENDPOINT, int(left.sum() + right.sum()) + self.max_trials - len(self._path)),
+                max_trials=max(2 * MIN_ENDPOINT, int(inside.sum()) + self.max_trials - len(self._path)),
                 confidence=self.confidence, min_effect=self.min_effect, parallel=self.parallel)
             child._check_models = False
-            for j in np.flatnonzero(left | right):
-                child.tell(0 if left[j] else hi - lo, self._path[self._obs_pathi[j]][1])
+            for j in np.flatnonzero(inside):
+                child.tell(int(pos[j]) - a, self._path[self._obs_pathi[j]][1])
             if child.done:
                 self._child_done(st, child)
                 continue
@@ -1051,7 +1071,7 @@ class BisectionStrategy:
 
     def _ask_child(self, free: int) -> list[int]:
         assert self._child is not None
-        lo = self._steps_todo[0]["lo"]
+        lo = self._steps_todo[0]["seg_lo"]
         new = [lo + p for p in self._child.ask() if lo + p not in self._outstanding][:free]
         return new or list(self._outstanding)
 
@@ -1059,8 +1079,8 @@ class BisectionStrategy:
         if self._child is None:
             return
         st = self._steps_todo[0]
-        if st["lo"] <= position <= st["hi"]:
-            self._child.tell(position - st["lo"], value)
+        if st["seg_lo"] <= position <= st["seg_hi"]:
+            self._child.tell(position - st["seg_lo"], value)
         if self._child.done:
             child, self._child = self._child, None
             self._child_done(st, child)
@@ -1068,13 +1088,13 @@ class BisectionStrategy:
 
     def _child_done(self, st: dict, child: "BisectionStrategy") -> None:
         v = child.verdict()
-        lo = st["lo"]
+        lo = st["seg_lo"]
         if v.status == "culprit" and v.index is not None:
             self._step_done(st, lo + v.index, (lo + v.index, lo + v.index))
         elif v.range is not None:
             self._step_done(st, None, (lo + v.range[0], lo + v.range[1]))
         else:
-            self._step_done(st, None, (lo + 1, st["hi"]))
+            self._step_done(st, None, (st["lo"] + 1, st["hi"]))
 
     def _step_done(self, st: dict, index: int | None, rng: tuple[int, int]) -> None:
         self._steps_todo.pop(0)

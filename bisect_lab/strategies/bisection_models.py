@@ -40,6 +40,7 @@ class Fits:
     two_levels: tuple[float, float, float]
     one_levels: tuple[float, float]
     n: int                    # readings
+    two_counts: tuple[int, int, int] = (0, 0, 0)  # readings in each of the two-step fit's groups
 
 
 def _pairs(m: int, gap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,9 +48,10 @@ def _pairs(m: int, gap: int) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
-def _fit_all(xs: np.ndarray, W: np.ndarray, S: np.ndarray, Q: np.ndarray):
+def _fit_all(xs: np.ndarray, W: np.ndarray, S: np.ndarray, Q: np.ndarray, anchor: int | None = None):
     """RSS of the best one-step, slide and two-step fits for each row of S (bootstrap replicates).
-    W: (m,) reading counts per position; S: (B, m) sums; Q: (B,) sums of squares."""
+    W: (m,) reading counts per position; S: (B, m) sums; Q: (B,) sums of squares. With ``anchor``
+    (a one-step split), only alternatives that keep a change at that split are fitted."""
     m = xs.size
     cW, cS = np.cumsum(W), np.cumsum(S, axis=1)
     Wt, St = cW[-1], cS[:, -1:]
@@ -58,12 +60,18 @@ def _fit_all(xs: np.ndarray, W: np.ndarray, S: np.ndarray, Q: np.ndarray):
     rss1 = Q[:, None] - Sg**2 / Wg - (St - Sg) ** 2 / (Wt - Wg)
     # two steps: groups [0..k], [k+1..l], [l+1..m-1], 0 <= k < l <= m-2
     k, l = _pairs(m - 1, 1)
+    if anchor is not None:
+        sel = (k == anchor) | (l == anchor)
+        k, l = k[sel], l[sel]
     W1, W2, W3 = cW[k], cW[l] - cW[k], Wt - cW[l]
     G1, G2 = cS[:, k], cS[:, l] - cS[:, k]
     G3 = St - cS[:, l]
     rss2 = Q[:, None] - G1**2 / W1 - G2**2 / W2 - G3**2 / W3
     # slide: flat to xs[lo], linear to xs[hi], flat after; hi >= lo + 2 (lo + 1 is the one step)
     lo, hi = _pairs(m, 2)
+    if anchor is not None:
+        sel = (lo <= anchor) & (hi > anchor)
+        lo, hi = lo[sel], hi[sel]
     g = np.clip((xs[None, :] - xs[lo][:, None]) / (xs[hi] - xs[lo])[:, None], 0.0, 1.0)  # (P, m)
     A11 = ((1 - g) ** 2 * W).sum(axis=1)
     A12 = (g * (1 - g) * W).sum(axis=1)
@@ -77,7 +85,7 @@ def _fit_all(xs: np.ndarray, W: np.ndarray, S: np.ndarray, Q: np.ndarray):
     return rss1, (k, l, rss2), (lo, hi, rss_s, a, b)
 
 
-def fit_models(pos: np.ndarray, y: np.ndarray) -> Fits | None:
+def fit_models(pos: np.ndarray, y: np.ndarray, anchor: int | None = None) -> Fits | None:
     """Best fits of the three models to readings ``y`` at positions ``pos``; None when fewer than
     four distinct positions were measured (no alternative can be told from one step)."""
     xs, inv = np.unique(pos, return_inverse=True)
@@ -87,7 +95,9 @@ def fit_models(pos: np.ndarray, y: np.ndarray) -> Fits | None:
     W = np.bincount(inv, minlength=m).astype(float)
     S = np.bincount(inv, weights=y, minlength=m)[None, :]
     Q = np.array([float((y * y).sum())])
-    rss1, (k, l, rss2), (lo, hi, rss_s, a, b) = _fit_all(xs.astype(float), W, S, Q)
+    rss1, (k, l, rss2), (lo, hi, rss_s, a, b) = _fit_all(xs.astype(float), W, S, Q, anchor)
+    if anchor is not None:
+        rss1 = np.where(np.arange(rss1.shape[1]) == anchor, rss1, np.inf)
     i1, i2, i3 = int(np.argmin(rss1[0])), int(np.argmin(rss2[0])), int(np.argmin(rss_s[0]))
     cW, cS = np.cumsum(W), np.cumsum(S[0])
     kk, ll = int(k[i2]), int(l[i2])
@@ -100,7 +110,8 @@ def fit_models(pos: np.ndarray, y: np.ndarray) -> Fits | None:
                 slide_levels=(float(a[0, i3]), float(b[0, i3])),
                 rss_two=float(rss2[0, i2]) + floor, two=(kk, ll),
                 two_levels=tuple(float(v) for v in two_levels),  # type: ignore[arg-type]
-                one_levels=(float(one_levels[0]), float(one_levels[1])), n=int(y.size))
+                one_levels=(float(one_levels[0]), float(one_levels[1])), n=int(y.size),
+                two_counts=(int(cW[kk]), int(cW[ll] - cW[kk]), int(cW[-1] - cW[ll])))
 
 
 def predict(f: Fits, model: str, x: np.ndarray) -> np.ndarray:
@@ -127,11 +138,16 @@ def predict(f: Fits, model: str, x: np.ndarray) -> np.ndarray:
 
 def check_one_step(pos: np.ndarray, y: np.ndarray, *, seed, reps: int = 300) -> tuple[Fits | None, float]:
     """(fits, p): p is the bootstrap p-value of "one step fits" against the better alternative
-    (slide or two steps); 1.0 when there are too few positions to tell."""
+    (slide or two steps) that keeps the best one-step split; 1.0 when there are too few positions
+    to tell. Anchoring on that split (the commit about to be named) asks the question that
+    matters, "does this step explain everything?", and leaves far fewer alternatives to search
+    than all pairs of splits, which is most of the power against a second step."""
     f = fit_models(pos, y)
     if f is None:
         return None, 1.0
     n = y.size
+    f = fit_models(pos, y, anchor=f.one)
+    assert f is not None
     t_obs = n * math.log(f.rss_one / min(f.rss_slide, f.rss_two))
     xs, inv = np.unique(pos, return_inverse=True)
     m = xs.size
@@ -146,9 +162,9 @@ def check_one_step(pos: np.ndarray, y: np.ndarray, *, seed, reps: int = 300) -> 
     onehot[np.arange(n), inv] = 1.0
     S = ystar @ onehot
     Q = (ystar * ystar).sum(axis=1)
-    rss1, (_, _, rss2), (_, _, rss_s, _, _) = _fit_all(xs.astype(float), W, S, Q)
+    rss1, (_, _, rss2), (_, _, rss_s, _, _) = _fit_all(xs.astype(float), W, S, Q, f.one)
     floor = 1e-12 * n
-    r1 = rss1.min(axis=1) + floor
+    r1 = rss1[:, f.one] + floor
     ralt = np.minimum(rss2.min(axis=1), rss_s.min(axis=1)) + floor
     t_star = n * np.log(r1 / ralt)
     p = (1.0 + float(np.sum(t_star >= t_obs))) / (reps + 1.0)
