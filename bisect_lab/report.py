@@ -705,7 +705,7 @@ def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
     sec.add(Table(["night", "when", "commit", "campaign"] + [f"median `{a}`" for a in arms] + ["alert"], nrows))
     for b in [b for n in nights for b in (n.judgement or {}).get("bisections") or []]:
         sec.p(f"Bisection for `{b.get('arm')}` between `{str(b.get('good'))[:12]}` and `{str(b.get('bad'))[:12]}`: "
-              f"{b.get('status')}" + (f", first bad commit `{b['commit'][:12]}` "
+              f"{b.get('status')}" + (f", {'first step' if b.get('status') == 'several' else 'first bad commit'} `{b['commit'][:12]}` "
                                       f"{(b.get('commit_info') or {}).get('subject', '')}" if b.get("commit") else "")
               + (f" (campaign {b.get('campaign')})" if b.get("campaign") else ""))
     sections = [sec]
