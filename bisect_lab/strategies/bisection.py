@@ -36,6 +36,12 @@ Method, in the order it runs (docs/bisection.md has the figures):
    inner positions are untestable (``inconclusive``, reason ``untestable``, with the range); or at
    ``max_trials`` (``inconclusive``, reason ``budget``, with the remaining range).
 
+6. **Model check** (``bisection_models.py``) before a culprit, at the budget and at looks every
+   ``CHECK_EVERY`` trials: do the readings fit one step, or a slide / two steps significantly
+   better (residual bootstrap)? If not, the answer is ``gradual`` (a range and its total effect) or
+   ``several`` (each step pinned by a sub-bisection); while undecided, a few readings go where the
+   models' predictions differ most.
+
 Untestable positions (``tell(pos, None)``) are like ``git bisect skip``: never treated as bad, never
 proposed again. Everything here is pure and seeded: the same seed and the same sequence of ``tell``
 calls give the same decisions, so a campaign resumes by replaying its stored trials.
