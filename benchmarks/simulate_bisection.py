@@ -26,6 +26,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bisect_lab.strategies.bisection import bisect_sequence  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baseline_bisection  # noqa: E402  (the strategy before model checking: method "before")
+
 # tok/s of the eager (no CUDA graphs) arm, one process launch per sample, from
 # h200_decode_noise_2026-11-29.json: median 905, CV 14%, a long right tail (1.28x, 1.36x).
 H200_EAGER_TOK_S = (
@@ -63,7 +66,23 @@ class Scenario:
     drift_per_trial: float = 0.0  # multiplicative drift of every measurement per trial
     min_effect: float = 0.02
     reps_share: float = 1.0      # share of the repetitions (slow scenarios run fewer)
+    # Truths that are not one step. slide: the metric drops slide_per per commit over slide_len
+    # commits from a uniform start (expected answer "gradual"). steps: further relative changes
+    # (negative = faster) after the first one, at positions drawn uniformly at least MIN_GAP apart
+    # (expected answer "several").
+    slide_per: float = 0.0
+    slide_len: int = 0
+    steps: tuple = ()
+    # Stalls: this share of readings is slower by a factor drawn uniformly in stall_size (e.g.
+    # (1.5, 3.0): 1.5x to 3x slower); noise "t3": Student-t (3 df) noise of the same CV.
+    stall_rate: float = 0.0
+    stall_size: tuple = (1.5, 3.0)
+    noise: str = ""              # "" = the run's --noise
+    cv: float = 0.0              # 0 = CV
+    methods: tuple = ()          # () = every method
 
+
+NEW_METHODS = ("noisy", "before")
 
 SCENARIOS = (
     Scenario("step 5%", 0.05),
@@ -72,7 +91,19 @@ SCENARIOS = (
     Scenario("no step", 0.0),
     Scenario("step 5%, 10% untestable", 0.05, untestable=0.10),
     Scenario("step 5%, drift -2%/100 trials", 0.05, drift_per_trial=-0.0002),
+    Scenario("slide 0.2%/commit x 50", 0.0, slide_per=0.002, slide_len=50, reps_share=0.5,
+             methods=NEW_METHODS),
+    Scenario("two steps 3% then 4%", 0.03, steps=(0.04,), reps_share=0.5, methods=NEW_METHODS),
+    Scenario("+15% then -4% back, CV 5%", 0.15, steps=(-0.04,), cv=0.05, reps_share=0.5,
+             methods=NEW_METHODS),
+    Scenario("dip: 8% then 4% back", 0.08, steps=(-0.04,), reps_share=0.5, methods=NEW_METHODS),
+    Scenario("step 5%, stalls 2% (1.5-3x)", 0.05, stall_rate=0.02, reps_share=0.5, methods=NEW_METHODS),
+    Scenario("step 5%, stalls 5% (1.2-2x)", 0.05, stall_rate=0.05, stall_size=(1.2, 2.0),
+             reps_share=0.5, methods=NEW_METHODS),
+    Scenario("step 5%, t3 noise", 0.05, noise="t3", reps_share=0.5, methods=NEW_METHODS),
+    Scenario("no step, stalls 3% (1.5-3x)", 0.0, stall_rate=0.03, reps_share=0.5, methods=NEW_METHODS),
 )
+MIN_GAP = 10
 
 
 NOISE = "h200"  # or "normal" (--noise): Gaussian noise of the same CV, for comparison
@@ -84,6 +115,19 @@ class World:
     def __init__(self, sc: Scenario, rep: int, scenario_index: int):
         self.rng = np.random.default_rng([20261129, scenario_index, rep])
         self.change = int(self.rng.integers(1, N))
+        self.changes = [self.change]   # first bad position of each step
+        if sc.steps:
+            while len(self.changes) < 1 + len(sc.steps):
+                c = int(self.rng.integers(1, N))
+                if all(abs(c - x) >= MIN_GAP for x in self.changes):
+                    self.changes.append(c)
+            self.changes.sort()
+            self.change = self.changes[0]
+        self.slide = None
+        if sc.slide_len:
+            first = int(self.rng.integers(1, N - sc.slide_len))
+            self.slide = (first, first + sc.slide_len - 1)
+            self.change = first
         k = int(round(sc.untestable * (N - 2)))
         inner = np.arange(1, N - 1)
         self.untestable = set(self.rng.choice(inner, k, replace=False).tolist()) if k else set()
@@ -94,11 +138,36 @@ class World:
         self.calls += 1
         if i in self.untestable:
             return None
-        level = 100.0 * (1 - self.sc.step) if (self.sc.step and i >= self.change) else 100.0
         drift = 1.0 + self.sc.drift_per_trial * self.calls
-        if NOISE == "normal":
-            return level * drift * max(1.0 + CV * self.rng.standard_normal(), 0.05)
-        return level * drift * h200_noise(self.rng, CV)
+        cv = self.sc.cv or CV
+        noise = self.sc.noise or NOISE
+        if noise == "normal":
+            z = max(1.0 + cv * self.rng.standard_normal(), 0.05)
+        elif noise == "t3":
+            z = max(1.0 + cv * self.rng.standard_t(3) / math.sqrt(3.0), 0.05)
+        else:
+            z = h200_noise(self.rng, cv)
+        v = self.level(i) * drift * z
+        if self.sc.stall_rate and self.rng.random() < self.sc.stall_rate:
+            v /= self.rng.uniform(*self.sc.stall_size)
+        return v
+
+    def level(self, i: int) -> float:
+        level = 100.0
+        sizes = (self.sc.step,) + tuple(self.sc.steps)
+        for c, s in zip(self.changes, sizes):
+            if s and i >= c:
+                level *= 1 - s
+        if self.slide is not None and i >= self.slide[0]:
+            level *= (1 - self.sc.slide_per) ** (min(i, self.slide[1]) - self.slide[0] + 1)
+        return level
+
+    def expected(self) -> str:
+        if self.slide is not None:
+            return "gradual"
+        if len(self.changes) > 1:
+            return "several"
+        return "culprit" if self.sc.step else "no-regression"
 
     def acceptable_range(self, lo: int, hi: int) -> bool:
         """An ambiguous answer is right when it holds the truth and nothing inside could split it."""
@@ -148,31 +217,43 @@ def _classic(world: World, repeats: int, min_effect: float) -> tuple[str, int | 
     return "culprit", hi, None
 
 
-def run_one(args: tuple) -> tuple[int, str, bool, int, str]:
+def run_one(args: tuple) -> tuple:
     si, rep, method = args[:3]
     global NOISE
     if len(args) > 3:
         NOISE = args[3]
     sc = SCENARIOS[si]
     world = World(sc, rep, si)
-    if method == "noisy":
-        v = bisect_sequence(N, world.measure, seed=rep, min_effect=sc.min_effect)
+    effect = None
+    steps: list = []
+    if method in ("noisy", "before"):
+        fn = bisect_sequence if method == "noisy" else baseline_bisection.bisect_sequence
+        v = fn(N, world.measure, seed=rep, min_effect=sc.min_effect)
         status, index, rng = v.status, v.index, v.range
+        effect = v.effect
+        steps = [(st["index"], tuple(st["range"])) for st in (getattr(v, "steps", None) or ())]
         assert v.trials == world.calls, (v.trials, world.calls)
     elif method == "single-run":
         status, index, rng = _classic(world, 1, sc.min_effect)
     else:
         status, index, rng = _classic(world, 5, sc.min_effect)
-    if sc.step == 0:
+    want = world.expected()
+    if want == "no-regression":
         ok = status == "no-regression"
+    elif want == "gradual":
+        # Right: called gradual with a range that overlaps the slide.
+        ok = status == "gradual" and rng is not None and rng[0] <= world.slide[1] and rng[1] >= world.slide[0]
+    elif want == "several":
+        # Right: called several, and every true step lies in a reported step's range.
+        ok = status == "several" and all(any(lo <= c <= hi for _, (lo, hi) in steps) for c in world.changes)
     elif status == "culprit":
         ok = index == world.change
     else:
         ok = rng is not None and world.acceptable_range(*rng)
-    return si, method, ok, world.calls, status
+    exact = status == want == "several" and sorted((i for i, _ in steps), key=lambda i: (i is None, i or 0)) == world.changes
+    return si, method, ok, world.calls, status, effect, exact
 
-
-METHODS = ("noisy", "single-run", "fixed-5")
+METHODS = ("noisy", "before", "single-run", "fixed-5")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,21 +275,24 @@ def main(argv: list[str] | None = None) -> int:
     work = [
         (si, r, m, a.noise)
         for si, sc in enumerate(SCENARIOS) if si in only
-        for m in methods
+        for m in methods if (not sc.methods or m in sc.methods)
         for r in range(a.first_rep, a.first_rep + max(1, int(round(reps * sc.reps_share))))
     ]
-    results: dict[tuple[int, str], list[tuple[bool, int, str]]] = {}
+    results: dict[tuple[int, str], list[tuple]] = {}
     with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-        for si, m, ok, trials, status in ex.map(run_one, work, chunksize=20):
-            results.setdefault((si, m), []).append((ok, trials, status))
+        for si, m, ok, trials, status, effect, exact in ex.map(run_one, work, chunksize=10):
+            results.setdefault((si, m), []).append((ok, trials, status, effect, exact))
     shape = "H200 eager noise shape" if a.noise == "h200" else "normal noise"
     print(f"noisy bisection benchmark: {N} candidates, CV {CV:.0%} ({shape}), "
           f"{reps} repetitions per scenario and method (x reps_share for slow scenarios: see n)")
-    print(f"{'scenario':32s} {'method':11s} {'n':>5s} {'accuracy':>8s} {'mean':>6s} {'p95':>5s}  outcomes")
+    print(f"{'scenario':32s} {'method':11s} {'n':>5s} {'accuracy':>8s} {'mean':>6s} {'p95':>5s} "
+          f"{'effect':>6s}  outcomes")
     for si, sc in enumerate(SCENARIOS):
         if si not in only:
             continue
         for m in methods:
+            if (si, m) not in results:
+                continue
             rows = results[(si, m)]
             acc = np.mean([r[0] for r in rows])
             tr = np.array([r[1] for r in rows])
@@ -216,8 +300,12 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows:
                 counts[r[2]] = counts.get(r[2], 0) + 1
             oc = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+            # median reported effect (of the first step), as a percentage change
+            effs = [r[3] for r in rows if r[3] is not None and r[2] != "no-regression"]
+            eff = f"{(np.median(effs) - 1) * 100:+5.1f}%" if effs else "     -"
+            extra = f" (every step exact: {sum(r[4] for r in rows)})" if sc.steps else ""
             print(f"{sc.name:32s} {m:11s} {len(rows):5d} {acc:8.1%} {tr.mean():6.1f} "
-                  f"{np.percentile(tr, 95):5.0f}  {oc}")
+                  f"{np.percentile(tr, 95):5.0f} {eff}  {oc}{extra}")
         print()
     rows = results.get((0, "noisy"))
     if rows:

@@ -92,10 +92,20 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
                            "commit": shas[v.index] if v.status == "culprit" and v.index is not None else None,
                            "verdict": vd,
                            "path": [[shas[p], val] for p, val in (vd.get("path") or [])]})
+            if v.status in ("gradual", "several"):
+                # Not one commit: a change spread over a range, or several steps (the first step's
+                # commit stands for the answer in --json's "commit"; each step is in "steps").
+                vd = dict(vd, steps=[dict(st, commit=shas[st["index"]] if st.get("index") is not None else None,
+                                          commits=[shas[i] for i in range(st["range"][0], st["range"][1] + 1)])
+                                     for st in vd.get("steps") or []])
+                first = shas[v.index] if v.status == "several" and v.index is not None else None
+                answer = (v.status, first, vd, [shas[i] for i in range(rng[0], rng[1] + 1)] if rng else None)
+                break
             if v.status != "culprit" or v.index is None:
                 if depth > 0 and v.status == "no-regression":
                     # The side branch alone is fine: the merge that combined it is the culprit.
                     break
+                vd = dict(vd, top=[[shas[p], m] for p, m in vd.get("top") or []])
                 answer = (v.status, None, vd, [shas[i] for i in range(rng[0], rng[1] + 1)] if rng else None)
                 break
             culprit = shas[v.index]

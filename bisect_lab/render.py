@@ -132,9 +132,15 @@ def attribution_result(res: dict, console: Console) -> None:
 
 def bisect_result(res: dict, console: Console) -> None:
     status = res["status"]
-    color = {"culprit": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
+    color = {"culprit": "bold red", "gradual": "bold red", "several": "bold red", "no-regression": "green",
+             "inconclusive": "yellow"}.get(status, "")
     console.print(f"[{color}]{status}[/] ({res['trials']} trials, campaign {res['campaign']})")
     c = res.get("commit_info") or {}
+    if status in ("gradual", "several"):
+        _bisect_not_one_step(res, console)
+        _warnings(res, console)
+        _go_on(res, console)
+        return
     if res.get("commit"):
         console.print(f"first bad commit: {res['commit']}")
         if c:
@@ -147,10 +153,32 @@ def bisect_result(res: dict, console: Console) -> None:
     eff = res.get("effect") or {}
     if eff.get("ratio") is not None:
         console.print(f"  effect: {_pct(eff['ratio'])} [{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}]")
-    if res.get("range"):
+    if status == "inconclusive" and res.get("top"):
+        # Where the probability sits, not the whole range.
+        console.print("most likely first bad commits: "
+                      + ", ".join(f"{sha[:12]} ({m:.0%})" for sha, m in res["top"]))
+    elif res.get("range"):
         console.print(f"candidate range: {', '.join(x[:12] for x in res['range'])}")
     _warnings(res, console)
     _go_on(res, console)
+
+
+def _bisect_not_one_step(res: dict, console: Console) -> None:
+    rng = res.get("range") or []
+    eff = res.get("effect") or {}
+    if res["status"] == "gradual":
+        span = f"{rng[0][:12]} .. {rng[-1][:12]} ({len(rng)} commits)" if rng else "?"
+        console.print(f"the change is spread over {span}: no single commit explains it")
+        if eff.get("ratio") is not None:
+            console.print(f"  total effect: {_pct(eff['ratio'])} [{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}]")
+        return
+    console.print("several steps, in history order:")
+    for st in res.get("steps") or []:
+        commits = st.get("commits") or []
+        where = st.get("commit") or (f"{commits[0][:12]} .. {commits[-1][:12]}" if commits else "?")
+        ci = st.get("effect_ci") or [None, None]
+        effect = f"{_pct(st['effect'])} [{_pct(ci[0])} .. {_pct(ci[1])}]" if st.get("effect") is not None else "-"
+        console.print(f"  {where}: {effect}")
 
 
 def _go_on(res: dict, console: Console) -> None:

@@ -587,14 +587,34 @@ def _bisect_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Repo
                   + (f", posterior {res['mass']:.2f}" if isinstance(res.get("mass"), (int, float)) else "")
                   + (f"; its effect: {efftxt}" if efftxt else "") + ".")
         st = "bad"
+    elif status == "gradual":
+        rng = res.get("range") or []
+        answer = ((f"A gradual change spread over {len(rng)} commits, `{str(rng[0])[:10]}` .. `{str(rng[-1])[:10]}`: "
+                   "no single commit explains it") if rng else "A gradual change: no single commit explains it") \
+            + (f"; total effect {efftxt}" if efftxt else "") + "."
+        st = "bad"
+    elif status == "several":
+        parts = []
+        for step in res.get("steps") or []:
+            sci = step.get("effect_ci") or [None, None]
+            where = (f"`{str(step['commit'])[:12]}`" if step.get("commit")
+                     else f"one of {len(step.get('commits') or [])} commits")
+            parts.append(where + (f" ({_pct(step['effect'])}, {_pct(sci[0])} .. {_pct(sci[1])})"
+                                  if step.get("effect") is not None else ""))
+        answer, st = f"Several steps: {'; '.join(parts)}.", "bad"
     elif status == "no-regression":
         answer, st = f"No regression between `{str(good)[:12]}` and `{str(bad)[:12]}`" + (f" ({efftxt})" if efftxt else "") + ".", "good"
     elif c.status != "done":
         answer, st = f"The bisection did not finish (status {c.status}); resume it with --resume {c.id}.", "unknown"
     else:
         rng = res.get("range") or []
-        answer = (f"Inconclusive ({res.get('reason', 'budget')}): the first bad commit is one of "
-                  f"{len(rng)} commits, {', '.join(f'`{x[:10]}`' for x in rng[:5])}" + ("…" if len(rng) > 5 else "") + ".")
+        top = res.get("top") or []
+        if top:
+            answer = (f"Inconclusive ({res.get('reason', 'budget')}): the most likely first bad commits are "
+                      + ", ".join(f"`{str(sha)[:10]}` ({m:.0%})" for sha, m in top) + ".")
+        else:
+            answer = (f"Inconclusive ({res.get('reason', 'budget')}): the first bad commit is one of "
+                      f"{len(rng)} commits, {', '.join(f'`{x[:10]}`' for x in rng[:5])}" + ("…" if len(rng) > 5 else "") + ".")
         st = "unknown"
     sections = [_setup_section(c, trials, metric, hib, [["good", _code(str(good)[:12])], ["bad", _code(str(bad)[:12])],
                                                          ["arm on every commit", _code(res.get("arm") or c.params.get("arm"))],
@@ -711,7 +731,7 @@ def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
     sec.add(Table(["night", "when", "commit", "campaign"] + [f"median `{a}`" for a in arms] + ["alert"], nrows))
     for b in [b for n in nights for b in (n.judgement or {}).get("bisections") or []]:
         sec.p(f"Bisection for `{b.get('arm')}` between `{str(b.get('good'))[:12]}` and `{str(b.get('bad'))[:12]}`: "
-              f"{b.get('status')}" + (f", first bad commit `{b['commit'][:12]}` "
+              f"{b.get('status')}" + (f", {'first step' if b.get('status') == 'several' else 'first bad commit'} `{b['commit'][:12]}` "
                                       f"{(b.get('commit_info') or {}).get('subject', '')}" if b.get("commit") else "")
               + (f" (campaign {b.get('campaign')})" if b.get("campaign") else ""))
     sections = [sec]

@@ -449,7 +449,8 @@ def render_sweep(res: dict, console) -> None:
     console.print(t)
     for b in res.get("bisections") or []:
         if b.get("commit"):
-            console.print(e(f"bisection ({b['arm']}): first bad commit {b['commit']} [{b.get('status')}]"))
+            what = "first of several steps at" if b.get("status") == "several" else "first bad commit"
+            console.print(e(f"bisection ({b['arm']}): {what} {b['commit']} [{b.get('status')}]"))
         else:
             console.print(e(f"bisection ({b['arm']}): {b.get('status')} {b.get('reason') or b.get('error') or ''}"))
     console.print(e(f"report: {res.get('report_command')}"))

@@ -37,17 +37,20 @@ def run(h: History, **kw) -> BisectVerdict:
 
 # --------------------------------------------------------------------------- correctness
 def test_large_step_found_exactly_and_quickly():
-    covered = 0
+    covered, trials = 0, []
     for seed in range(8):
         h = History(1000, change=37 + 111 * seed, step=0.25, cv=0.03, seed=seed)
         v = run(h, seed=seed)
         assert (v.status, v.index) == ("culprit", h.change), (seed, v.status, v.index)
         assert v.mass >= 0.95
-        assert v.trials <= 25  # ~6 to confirm + ~10 single halvings
+        trials.append(v.trials)
+        # ~6 to confirm + ~10 single halvings, and at most 8 readings when the model check is unsure
+        assert v.trials <= 34
         lo, hi = v.effect_ci
         covered += lo <= 0.75 <= hi
         assert abs(v.effect - 0.75) < 0.05
     assert covered >= 6  # a 95% interval
+    assert np.mean(trials) <= 25, trials
 
 
 def test_five_percent_step_at_cv3_mostly_right():
@@ -338,3 +341,80 @@ def test_noiseless_benchmark_is_plain_bisection():
     v = bisect_sequence(1000, measure, seed=0)
     assert (v.status, v.index) == ("culprit", 417)
     assert v.trials <= 20
+
+
+# --------------------------------------------------------------------------- truths that are not one step
+def _profile_run(n, level, cv, seed, stall_rate=0.0):
+    """Bisect a history whose noiseless metric at position i is ``level(i)``; a ``stall_rate`` share
+    of readings is 1.5x to 3x slower. Returns (verdict, indices into path of the stalled readings)."""
+    rng = np.random.default_rng(seed)
+    stalled, calls = [], [0]
+
+    def measure(i):
+        calls[0] += 1
+        v = level(i) * (1 + cv * rng.standard_normal())
+        if stall_rate and rng.random() < stall_rate:
+            stalled.append(calls[0] - 1)
+            v /= rng.uniform(1.5, 3.0)
+        return v
+
+    return bisect_sequence(n, measure, seed=seed), stalled
+
+
+def test_a_gradual_slide_is_reported_as_a_range_not_one_commit():
+    # 0.2% per commit over 50 commits (10% in all): the old strategy named one commit in most runs.
+    outcomes, overlaps = [], 0
+    for seed in range(10):
+        first = 100 + 37 * seed
+        v, _ = _profile_run(400, lambda i, f=first: 100.0 * 0.998 ** min(max(i - f + 1, 0), 50), 0.02, seed)
+        outcomes.append(v.status)
+        if v.status == "gradual":
+            lo, hi = v.range
+            overlaps += lo <= first + 49 and hi >= first
+            assert v.index is None and v.effect is not None and v.effect < 0.97
+    assert outcomes.count("gradual") >= 7, outcomes  # the old strategy: never
+    assert overlaps >= outcomes.count("gradual") - 1
+
+
+def test_two_steps_are_reported_as_several_with_each_step():
+    outcomes, found = [], 0
+    for seed in range(10):
+        c1 = 60 + 13 * seed
+        c2 = c1 + 150
+        v, _ = _profile_run(400, lambda i, a=c1, b=c2: 100.0 * (0.93 if i >= a else 1) * (0.93 if i >= b else 1),
+                            0.02, seed)
+        outcomes.append(v.status)
+        if v.status == "several":
+            assert len(v.steps) == 2 and v.index == v.steps[0]["index"]
+            found += all(any(s["range"][0] <= c <= s["range"][1] for s in v.steps) for c in (c1, c2))
+            d = v.to_dict()
+            json.dumps(d)
+            assert d["steps"][0]["effect"] < 1
+    # Power is the limit: a second step far from where the search looked is often not read enough
+    # to reject one step (docs/bisection.md, limits); old strategy: never.
+    assert outcomes.count("several") >= 4, outcomes
+    assert found >= outcomes.count("several") // 2
+
+
+def test_stalls_do_not_put_the_answer_on_a_wrong_commit():
+    right, wrong_sure, discounted, stalls = 0, 0, 0, 0
+    for seed in range(10):
+        change = 50 + 29 * seed
+        v, stalled = _profile_run(400, lambda i, c=change: 100.0 * (0.95 if i >= c else 1), 0.02, seed,
+                                  stall_rate=0.03)
+        right += v.status == "culprit" and v.index == change
+        wrong_sure += v.status == "culprit" and v.index != change
+        discounted += len(set(stalled) & set(v.discounted))
+        stalls += len(stalled)
+    assert right >= 8 and wrong_sure <= 1, (right, wrong_sure)
+    assert discounted >= 0.7 * stalls, (discounted, stalls)  # the verdict names the readings it did not trust
+
+
+def test_an_undecided_campaign_lists_where_the_mass_is():
+    v = run(History(1000, change=400, step=0.02, cv=0.04, seed=7), seed=7, max_trials=60, min_effect=0.01)
+    assert v.status == "inconclusive"
+    assert 1 <= len(v.top) <= 8
+    masses = [m for _, m in v.top]
+    assert masses == sorted(masses, reverse=True)
+    assert sum(masses) >= 0.8 or len(v.top) == 8
+    assert v.to_dict()["top"][0][0] == v.top[0][0]

@@ -18,10 +18,11 @@ BENCH = textwrap.dedent('''
 ''')
 
 
-def repo_with_history(root, n=12, culprit=7, *, side_culprit=False):
+def repo_with_history(root, n=12, culprit=7, *, side_culprit=False, second_culprit=None):
     """Linear history of ``n`` commits; commit ``culprit`` (1-based) makes it 25% slower.
 
-    With ``side_culprit``: the slowdown is on a side branch merged near the end.
+    With ``side_culprit``: the slowdown is on a side branch merged near the end. With
+    ``second_culprit``: that commit makes it slower again (0.75 -> 0.6).
     Every commit touches notes.txt at the line the patch edits only in commit 4 (so the patch
     does not apply there: an untestable commit).
     """
@@ -33,6 +34,8 @@ def repo_with_history(root, n=12, culprit=7, *, side_culprit=False):
         files = {"log.txt": f"{i}\n"}
         if i == culprit and not side_culprit:
             files["speed.txt"] = "0.75\n"
+        if i == second_culprit:
+            files["speed.txt"] = "0.6\n"
         if i == 4:
             files["conf.txt"] = "a\nB-changed\nc\n"
         if i == 5:
@@ -159,3 +162,25 @@ def test_bisect_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
     assert res["campaign"] == cid and res["status"] == "culprit" and res["commit"] == shas[7], res
     after = campaign_rows(tmp_path, cid, "trial, commit_sha, started")
     assert after[:len(before)] == before and res["trials"] == len(after) > len(before)
+
+
+def test_bisect_two_steps_is_several_with_each_commit_and_exit_0(tmp_path):
+    """Two slowdowns in the range (commit 3: -25%, commit 9: -20% more) are not one culprit: the
+    answer is 'several', each step with its commit and its own effect, a found regression (exit 0);
+    --json's "commit" is the first step's."""
+    repo, good, shas, exp = repo_with_history(tmp_path, n=12, culprit=3, second_culprit=9)
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout)
+    assert res["status"] == "several", {k: res.get(k) for k in ("status", "check", "commit")}
+    assert [st["commit"] for st in res["steps"]] == [shas[3], shas[9]]
+    assert res["commit"] == shas[3]
+    assert res["steps"][0]["effect"] == pytest.approx(0.75, abs=0.03)
+    assert res["steps"][1]["effect"] == pytest.approx(0.8, abs=0.03)
+    from rich.console import Console
+
+    from bisect_lab.render import bisect_result
+    console = Console(record=True, width=200)
+    bisect_result(res, console)
+    human = console.export_text()
+    assert "several" in human and shas[3][:12] in human and shas[9][:12] in human, human

@@ -36,6 +36,12 @@ Method, in the order it runs (docs/bisection.md has the figures):
    inner positions are untestable (``inconclusive``, reason ``untestable``, with the range); or at
    ``max_trials`` (``inconclusive``, reason ``budget``, with the remaining range).
 
+6. **Model check** (``bisection_models.py``) before a culprit, at the budget and at looks every
+   ``CHECK_EVERY`` trials: do the readings fit one step, or a slide / two steps significantly
+   better (residual bootstrap)? If not, the answer is ``gradual`` (a range and its total effect) or
+   ``several`` (each step pinned by a sub-bisection); while undecided, a few readings go where the
+   models' predictions differ most.
+
 Untestable positions (``tell(pos, None)``) are like ``git bisect skip``: never treated as bad, never
 proposed again. Everything here is pure and seeded: the same seed and the same sequence of ``tell``
 calls give the same decisions, so a campaign resumes by replaying its stored trials.
@@ -51,6 +57,7 @@ from scipy import special as _special
 from scipy import stats as _stats
 
 from ..stats import winsorize as _winsorize
+from . import bisection_models as _models
 
 __all__ = ["BisectVerdict", "BisectionStrategy", "bisect_sequence"]
 
@@ -108,6 +115,40 @@ DELTA_SCALE = 0.1
 # Pseudo-samples pulling each side's noise scale toward the pooled one.
 SCALE_PRIOR_N = 8.0
 
+# Model check before an answer (bisection_models.py): the one-step model is rejected against a
+# slide or two steps at a bootstrap p below CHECK_ALPHA when a culprit would be named (or the budget
+# ends), and below CHECK_ALPHA_LOOK at the looks taken every CHECK_EVERY trials from CHECK_FROM on
+# (many looks: stricter). Between CHECK_ALPHA and CHECK_GRAY the check is undecided and up to
+# MODEL_EXTRA more trials go where the models' predictions differ most.
+# Strict, because the readings are not a fixed design: the confirm step stops when the endpoints
+# look most apart (those readings are left out of the check: optional stopping biases them), and
+# the search re-reads a position while it looks ambiguous, which makes a wrong turn look like a
+# level of its own; at 1% a clean 5% step was called "several" in 8% of simulated runs.
+CHECK_ALPHA = 0.002
+CHECK_ALPHA_LOOK = 0.002
+CHECK_GRAY = 0.02
+CHECK_LOOSE = 0.3
+MODEL_EXTRA_LOOSE = 8
+# ... and a fitted second step counts only at min_effect or more and |t| >= SECOND_T.
+SECOND_T = 2.0
+# To reject one step for two, the weaker step must also stand alone at |t| >= REJECT_T: the bootstrap
+# alone let a 25% step with skewed noise be called "several" in 2% of simulated runs.
+REJECT_T = 3.5
+CHECK_EVERY = 12
+CHECK_FROM = 36
+CHECK_REPS = 999
+MODEL_EXTRA = 16
+# Slide against two steps: two steps win when N log(RSS_slide / RSS_two) exceeds log N (one more
+# parameter, BIC); within MODEL_MARGIN of that line the models are told apart by more readings.
+MODEL_MARGIN = 3.0
+# Confirm step: an endpoint reading this many robust sd (MAD) from its side's median is a stall.
+STALL_MADS = 6.0
+# An undecided campaign lists the fewest positions holding TOP_MASS of the posterior (at most TOP_MAX).
+TOP_MASS = 0.8
+TOP_MAX = 8
+# A second step is only a step when its local |t| exceeds this (flat-segment effects).
+FLAT_T = 3.0
+
 _LOG_CORE = math.log(1 - OUT_EPS) - 0.5 * math.log(2 * math.pi)
 _LOG_OUT = math.log(OUT_EPS) - 0.5 * math.log(2 * math.pi) - math.log(OUT_K)
 
@@ -139,6 +180,24 @@ def _shape_logpdf(r: np.ndarray, sn: tuple[float, float, float]) -> np.ndarray:
     body = (math.log(2 * (1 - OUT_EPS)) - 0.5 * math.log(2 * math.pi) - math.log(scale)
             - 0.5 * z * z + _special.log_ndtr(shape * z))
     return np.logaddexp(body, _LOG_OUT - 0.5 * r * r / OUT_K**2)
+
+
+def _mad(x: np.ndarray) -> float:
+    """Normal-consistent median absolute deviation (the sd for normal data)."""
+    return 1.4826 * float(np.median(np.abs(x - np.median(x)))) if x.size else 0.0
+
+
+def _drop_stalls(x: np.ndarray) -> np.ndarray:
+    """An endpoint's readings without gross outliers (beyond STALL_MADS robust sd of its median):
+    a stall among a handful of endpoint readings otherwise decides the confirm step (a good
+    endpoint that stalled once read as equal to the bad one: no-regression)."""
+    if x.size < 3:
+        return x
+    med = float(np.median(x))
+    mad = _mad(x)
+    if mad <= 0:
+        return x
+    return x[np.abs(x - med) <= STALL_MADS * mad]
 
 
 def _normalized(logml: np.ndarray, logml0: np.ndarray, log_prior_c: float = 0.0) -> tuple[np.ndarray, float]:
@@ -176,8 +235,10 @@ def _precision_weight(r: np.ndarray) -> np.ndarray:
 class BisectVerdict:
     """Answer of a noisy bisection.
 
-    status:     "culprit" | "no-regression" | "inconclusive".
-    index:      the first bad position (culprit only), else None.
+    status:     "culprit" | "gradual" | "several" | "no-regression" | "inconclusive".
+                gradual: the change is spread over ``range`` (no single commit; ``effect`` is the
+                total); several: two steps, each in ``steps``.
+    index:      the first bad position (culprit; several: the first step's, when pinned), else None.
     mass:       posterior probability of ``index`` (culprit), else None.
     trials:     number of measurements made (== measure calls, untestable ones included).
     effect:     ratio bad/good of the metric (e.g. 0.95 = 5% lower), None if never estimated.
@@ -192,6 +253,14 @@ class BisectVerdict:
                 "endpoint-untestable" (inconclusive); "running" (provisional, before done).
     path:       every trial in order, as (position, value) with value None for untestable.
     n:          number of positions.
+    steps:      several: one dict per step, in history order: ``index`` (its first bad position,
+                None when not pinned), ``range`` [lo, hi] holding it, ``effect`` (ratio after/before
+                from the flat readings on either side), ``effect_ci``.
+    top:        inconclusive: the fewest positions holding 80% of the posterior (at most 8), with
+                their masses, most likely first.
+    discounted: indices into ``path`` of readings the noise model treats as stalls / gross outliers.
+    check:      the model check: ``p_one_step`` (bootstrap p of "one step fits"), ``model``
+                ("one", "slide" or "two") and ``extra`` (trials spent telling the models apart).
     """
 
     status: str
@@ -206,6 +275,10 @@ class BisectVerdict:
     reason: str
     path: tuple[tuple[int, float | None], ...]
     n: int
+    steps: tuple[dict, ...] = ()
+    top: tuple[tuple[int, float], ...] = ()
+    discounted: tuple[int, ...] = ()
+    check: dict | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (tuples become lists)."""
@@ -222,6 +295,10 @@ class BisectVerdict:
             "reason": self.reason,
             "path": [[p, v] for p, v in self.path],
             "n": self.n,
+            "steps": [dict(st) for st in self.steps],
+            "top": [[p, m] for p, m in self.top],
+            "discounted": list(self.discounted),
+            "check": dict(self.check) if self.check is not None else None,
         }
 
 
@@ -308,6 +385,21 @@ class BisectionStrategy:
         self._p_null = 0.0
         self._skew = 0.0                         # learned skewness of the noise (of u)
         self._recheck: int | None = None         # position the final check wants measured again
+        self._check_models = True                # off in the sub-bisections of "several"
+        self._probe: int | None = None           # position the model check wants measured next
+        self._extra = 0                          # trials spent on the model check
+        self._last_check_t = 0
+        self._check: dict | None = None
+        self._fits = None                        # bisection_models.Fits when one step was rejected
+        self._omega: np.ndarray | None = None    # robustness weights of the last fit
+        self._steps_todo: list[dict] = []        # several: steps still to pin, in order
+        self._steps_done: list[dict] = []
+        self._child: BisectionStrategy | None = None
+        self._answer: dict = {}                  # range / effect / steps of gradual and several
+        self._confirm_obs = 0
+        self._no_more = False                    # budget spent: answer from the data at hand
+        self._obs_pathi: list[int] = []          # index into _path of each observation
+        self._u_fit: np.ndarray | None = None
         # Scale of the half-normal prior on the step (log units): regressions of interest are a
         # few percent to tens of percent.
         self._delta_scale = max(DELTA_SCALE, 5 * self._d_min)
@@ -343,6 +435,13 @@ class BisectionStrategy:
             return list(self._outstanding)
         if self._phase == "confirm":
             new = self._ask_confirm(free)
+        elif self._phase == "steps":
+            new = self._ask_child(free)
+        elif self._probe is not None:
+            new = [] if self._probe in self._outstanding else [self._probe]
+            self._probe = None
+            if not new:
+                return list(self._outstanding)
         else:
             new = self._ask_bisect(free)
         self._outstanding.extend(new)
@@ -376,14 +475,19 @@ class BisectionStrategy:
             self._obs_pos.append(position)
             self._obs_u.append(self._sign * math.log(value))
             self._obs_t.append(t)
+            self._obs_pathi.append(t - 1)
             if position in (0, self.n - 1):
                 self._last_endpoint_t = t
         if self._phase == "confirm":
             self._update_confirm()
+        elif self._phase == "steps":
+            self._tell_child(position, value)
+        elif self._phase == "models":
+            self._update_models()
         else:
             self._update_bisect()
         if not self.done and len(self._path) >= self.max_trials:
-            self._finish("inconclusive", reason="budget")
+            self._out_of_budget()
 
     def verdict(self) -> BisectVerdict:
         """The verdict; before ``done`` a provisional ``inconclusive`` one describing the state."""
@@ -395,7 +499,7 @@ class BisectionStrategy:
     def _endpoint_samples(self) -> tuple[np.ndarray, np.ndarray]:
         pos = np.asarray(self._obs_pos, dtype=np.int64)
         u = np.asarray(self._obs_u, dtype=float)
-        return u[pos == 0], u[pos == self.n - 1]
+        return _drop_stalls(u[pos == 0]), _drop_stalls(u[pos == self.n - 1])
 
     def _ask_confirm(self, free: int) -> list[int]:
         pos = np.asarray(self._obs_pos, dtype=np.int64)
@@ -465,6 +569,7 @@ class BisectionStrategy:
 
     def _start_bisect(self) -> None:
         self._phase = "bisect"
+        self._confirm_obs = len(self._obs_u)
         good, bad = self._endpoint_samples()
         a, b = float(np.median(good)), float(np.median(bad))
         sg = max(float(np.std(_winsorize(good), ddof=1)), 1e-5)
@@ -575,7 +680,8 @@ class BisectionStrategy:
         good, bad = u[pos == 0], u[pos == self.n - 1]
         # One scale per side only when the endpoints clearly disagree on it (a regression that
         # loses CUDA graphs turns CV 0.6% into 14%); otherwise one shared scale is more efficient.
-        f = float(np.var(good, ddof=1) / max(np.var(bad, ddof=1), 1e-300))
+        # Robust spreads (MAD): one stall at an endpoint must not pass for a change of noise level.
+        f = float((_mad(good) / max(_mad(bad), 1e-150)) ** 2)
         cdf = float(_special.fdtr(good.size - 1, bad.size - 1, f))
         p_var = 2 * min(cdf, 1 - cdf)
         separate = bool(p_var < SEPARATE_P or (p_var < 0.01 and max(f, 1 / max(f, 1e-300)) > 25))
@@ -606,10 +712,17 @@ class BisectionStrategy:
             omega = (1 - w) * _precision_weight((u - a) / sg) + w * _precision_weight((u - b) / sb)
         self._post = post
         self._p_null = p0
+        self._omega = omega
+        self._u_fit = u
         i = int(np.argmax(post))
         if post[i] >= self.confidence and self._robust_to_one_reading(i, pos, u, omega, separate):
-            self._finish("culprit", reason="posterior")
+            if not self._check_models or self._model_check(final=True) == "one":
+                self._finish("culprit", reason="posterior")
             return
+        if (self._check_models and len(self._path) >= CHECK_FROM
+                and len(self._path) - self._last_check_t >= CHECK_EVERY):
+            if self._model_check(final=False) != "one":
+                return
         if p0 >= self.confidence:
             self._finish("no-regression", reason="posterior-null")
             return
@@ -809,18 +922,306 @@ class BisectionStrategy:
             out.append(cand[0])
         return out
 
+    # ------------------------------------------------------------------ model check
+    def _kept(self) -> np.ndarray:
+        """Readings the noise model does not discount as stalls / gross outliers."""
+        n_obs = len(self._obs_u)
+        keep = np.ones(n_obs, dtype=bool)
+        if self._omega is not None:
+            m = min(n_obs, self._omega.size)
+            keep[:m] = self._omega[:m] >= 0.5
+        return keep
+
+    def _fit_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, drift-corrected u) of the kept readings after the confirm step."""
+        pos, u, t = self._arrays()
+        beta = self._params[4] if self._params is not None else 0.0
+        u = u - beta * (t - t.mean())
+        keep = self._kept()
+        keep[: self._confirm_obs] = False
+        return pos[keep], u[keep]
+
+    def _fit_all_readings(self):
+        pos, u, t = self._arrays()
+        beta = self._params[4] if self._params is not None else 0.0
+        u = u - beta * (t - t.mean())
+        keep = self._kept()
+        f = _models.fit_models(pos[keep], u[keep])
+        return None if f is None else _models.fit_models(pos[keep], u[keep], anchor=f.one)
+
+    def _second_step_in_all_readings(self) -> bool:
+        f = self._fit_all_readings()
+        return f is not None and self._alternative_is_real(f, "two")
+
+    def _alternative_is_real(self, f, alt: str, t_min: float = 0.0) -> bool:
+        """A second step must be of min_effect or more, a slide must have readings inside it
+        (two distinct positions): otherwise the 'alternative' is noise dressed as structure."""
+        if alt == "two":
+            l1, l2, l3 = f.two_levels
+            n1, n2, n3 = f.two_counts
+            sd = math.sqrt(f.rss_two / max(f.n - 3, 1))
+            t = min(abs(l1 - l2) / (sd * math.sqrt(1 / n1 + 1 / n2)), abs(l2 - l3) / (sd * math.sqrt(1 / n2 + 1 / n3)))
+            return min(abs(l1 - l2), abs(l2 - l3)) >= self._d_min and t >= max(SECOND_T, t_min)
+        lo, hi = f.xs[f.slide[0]], f.xs[f.slide[1]]
+        return int(np.sum((f.xs > lo) & (f.xs < hi))) >= 2
+
+    def _model_check(self, *, final: bool) -> str:
+        """Do the readings fit one step? 'one' (yes, or cannot tell), 'probe' (undecided at the
+        answer: ``_probe`` is measured next), or 'rejected' (phase 'models' or finished)."""
+        self._last_check_t = len(self._path)
+        pos, u = self._fit_data()
+        f, p = _models.check_one_step(pos, u, seed=[self.seed, len(self._path)], reps=CHECK_REPS)
+        self._check = {"p_one_step": p, "model": "one", "extra": self._extra}
+        alpha = CHECK_ALPHA if final else CHECK_ALPHA_LOOK
+        if f is None:
+            # Too few positions read after the confirm step to fit an alternative.
+            if not (final and self._extra < MODEL_EXTRA_LOOSE and self._second_step_in_all_readings()):
+                return "one"
+            probe = self._disagreement(self._fit_all_readings(), "one", "two", pos) if self._can_probe() else None
+            if probe is None:
+                return "one"
+            self._probe = probe
+            self._extra += 1
+            return "probe"
+        alt = "slide" if f.rss_slide <= f.rss_two else "two"
+        real = self._alternative_is_real(f, alt, t_min=REJECT_T)
+        if not (p <= alpha and real):
+            real = self._alternative_is_real(f, alt)
+            # Undecided at the answer: nearly significant, or a second step of min_effect or more
+            # fitted that the readings can neither confirm nor rule out (a second step is usually
+            # where the search read little, far from the first; the probes read there).
+            if final and p <= CHECK_GRAY and real:
+                probe_alt = alt
+            elif final and p <= CHECK_LOOSE and self._extra < MODEL_EXTRA_LOOSE and self._alternative_is_real(f, "two"):
+                probe_alt = "two"
+            elif final and self._extra < MODEL_EXTRA_LOOSE and self._second_step_in_all_readings():
+                # Only the confirm step's readings (left out of the test) show it: read there again.
+                f, probe_alt = self._fit_all_readings(), "two"
+            else:
+                return "one"
+            probe = self._disagreement(f, "one", probe_alt, pos) if self._can_probe() else None
+            if probe is None:
+                return "one"
+            self._probe = probe
+            self._extra += 1
+            return "probe"
+        self._phase = "models"
+        self._decide_models(f, pos, u)
+        return "rejected"
+
+    def _can_probe(self) -> bool:
+        return not self._no_more and self._extra < MODEL_EXTRA and len(self._path) < self.max_trials - 1
+
+    def _update_models(self) -> None:
+        pos, u = self._fit_data()
+        f = _models.fit_models(pos, u)
+        if f is not None:
+            self._decide_models(f, pos, u)
+
+    def _decide_models(self, f, pos: np.ndarray, u: np.ndarray) -> None:
+        """Slide or two steps: by BIC, with more readings where they differ while that is close."""
+        self._fits = f
+        d = f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n)
+        if abs(d) < MODEL_MARGIN and self._can_probe():
+            probe = self._disagreement(f, "slide", "two", pos)
+            if probe is not None:
+                self._probe = probe
+                self._extra += 1
+                return
+        self._check = dict(self._check or {}, model="two" if d > 0 else "slide", extra=self._extra)
+        if d > 0:
+            self._start_steps(f)
+        else:
+            self._finish_gradual(f)
+
+    def _disagreement(self, f, m1: str, m2: str, pos: np.ndarray) -> int | None:
+        """The testable position where models m1 and m2 predict most differently, relative to
+        how often it was read; None when they nowhere differ by half a noise sd."""
+        xs = f.xs
+        cand = set(int(x) for x in xs)
+        cand |= {int((a + b) // 2) for a, b in zip(xs[:-1], xs[1:]) if b - a > 1}
+        # Endpoints included: a second step far from the first shows as an endpoint that does not
+        # read like the flat run next to the step.
+        cand = sorted(c for c in cand if 0 <= c <= self.n - 1 and c not in self._untestable)
+        if not cand:
+            return None
+        c = np.asarray(cand)
+        diff = _models.predict(f, m1, c) - _models.predict(f, m2, c)
+        sd2 = max(f.rss_one / max(f.n - 2, 1), 1e-12)
+        counts = np.array([np.sum(pos == x) for x in cand], dtype=float)
+        score = np.where(np.isnan(diff), -1.0, np.nan_to_num(diff) ** 2 / sd2 / (1 + counts))
+        best = int(np.argmax(score))
+        return int(c[best]) if score[best] >= 0.25 else None
+
+    def _finish_gradual(self, f) -> None:
+        lo, hi = int(f.xs[f.slide[0]]), int(f.xs[f.slide[1]])
+        pos, u, _ = self._arrays()
+        keep = self._kept()
+        effect, ci = self._effect_of(u[keep & (pos <= lo)], u[keep & (pos >= hi)])
+        self._answer = {"range": (lo + 1, hi), "effect": effect, "ci": ci}
+        self._finish("gradual", reason="model-check")
+
+    def _start_steps(self, f) -> None:
+        xs, (k, l) = f.xs, f.two
+        self._steps_todo = [
+            {"lo": int(xs[k]), "hi": int(xs[k + 1]), "seg_lo": 0, "seg_hi": int(xs[l])},
+            {"lo": int(xs[l]), "hi": int(xs[l + 1]), "seg_lo": int(xs[k + 1]), "seg_hi": self.n - 1},
+        ]
+        self._phase = "steps"
+        self._next_child()
+
+    def _next_child(self) -> None:
+        """Pin the next step by a sub-bisection of the stretch between the other step's fitted
+        gap and the far end (not only the gap this step was fitted in: a fitted split is noisy,
+        and a sub-bisection of a gap without the step names noise), told every reading there."""
+        while self._steps_todo:
+            st = self._steps_todo[0]
+            lo, hi = st["lo"], st["hi"]
+            if hi - lo == 1 or self._no_more or len(self._path) >= self.max_trials - 1:
+                self._step_done(st, hi if hi - lo == 1 else None, (lo + 1, hi))
+                continue
+            pos, u, _ = self._arrays()
+            keep = self._kept()
+            a, b = st["seg_lo"], st["seg_hi"]
+            left = keep & (pos >= a) & (pos <= lo)
+            right = keep & (pos >= hi) & (pos <= b)
+            inside = keep & (pos >= a) & (pos <= b)
+            worse = float(u[left].mean()) > float(u[right].mean())
+            child = BisectionStrategy(
+                b - a + 1, higher_is_better=self.higher_is_better == worse,
+                seed=self.seed + 1 + len(self._steps_done),
+                max_trials=max(2 * MIN_ENDPOINT, int(inside.sum()) + self.max_trials - len(self._path)),
+                confidence=self.confidence, min_effect=self.min_effect, parallel=self.parallel)
+            child._check_models = False
+            for j in np.flatnonzero(inside):
+                child.tell(int(pos[j]) - a, self._path[self._obs_pathi[j]][1])
+            if child.done:
+                self._child_done(st, child)
+                continue
+            self._child = child
+            return
+        self._finish_several()
+
+    def _ask_child(self, free: int) -> list[int]:
+        assert self._child is not None
+        lo = self._steps_todo[0]["seg_lo"]
+        new = [lo + p for p in self._child.ask() if lo + p not in self._outstanding][:free]
+        return new or list(self._outstanding)
+
+    def _tell_child(self, position: int, value: float | None) -> None:
+        if self._child is None:
+            return
+        st = self._steps_todo[0]
+        if st["seg_lo"] <= position <= st["seg_hi"]:
+            self._child.tell(position - st["seg_lo"], value)
+        if self._child.done:
+            child, self._child = self._child, None
+            self._child_done(st, child)
+            self._next_child()
+
+    def _child_done(self, st: dict, child: "BisectionStrategy") -> None:
+        v = child.verdict()
+        st["child"] = v.status
+        lo = st["seg_lo"]
+        if v.status == "culprit" and v.index is not None:
+            self._step_done(st, lo + v.index, (lo + v.index, lo + v.index))
+        elif v.range is not None:
+            self._step_done(st, None, (lo + v.range[0], lo + v.range[1]))
+        else:
+            self._step_done(st, None, (st["lo"] + 1, st["hi"]))
+
+    def _step_done(self, st: dict, index: int | None, rng: tuple[int, int]) -> None:
+        self._steps_todo.pop(0)
+        self._steps_done.append(dict(st, index=index, range=rng))
+
+    def _finish_several(self) -> None:
+        pos, u, _ = self._arrays()
+        keep = self._kept()
+        steps = []
+        for st in self._steps_done:
+            lo, hi = (st["index"] - 1, st["index"]) if st["index"] is not None else (st["lo"], st["hi"])
+            good = keep & (pos >= st["seg_lo"]) & (pos <= lo)
+            bad = keep & (pos >= hi) & (pos <= st["seg_hi"])
+            effect, ci = self._effect_of(u[good], u[bad])
+            steps.append({"index": st["index"], "range": [int(st["range"][0]), int(st["range"][1])],
+                          "effect": effect, "effect_ci": list(ci) if ci is not None else None})
+        # A step whose sub-bisection found no regression, or whose effect from the flat readings is
+        # under half of min_effect, was the fit's noise: with one step left, that is the culprit.
+        real = [st for st, d in zip(steps, self._steps_done)
+                if d.get("child") != "no-regression" and st["effect"] is not None
+                and abs(math.log(st["effect"])) >= self._d_min / 2]
+        if len(real) == 1 and self._post is not None and real[0]["index"] == int(np.argmax(self._post)):
+            self._check = dict(self._check or {}, model="one")
+            self._finish("culprit", reason="posterior")
+            return
+        steps = real if len(real) >= 2 else steps
+        first = steps[0]
+        self._answer = {"steps": tuple(steps), "index": first["index"], "effect": first["effect"],
+                        "ci": tuple(first["effect_ci"]) if first["effect_ci"] else None,
+                        "range": (steps[0]["range"][0], steps[-1]["range"][1])}
+        self._finish("several", reason="model-check")
+
+    def _out_of_budget(self) -> None:
+        """The budget is spent: answer from the data at hand (no more probes or sub-bisections)."""
+        self._no_more = True
+        self._probe = None
+        if self._phase == "steps":
+            if self._child is not None:
+                child, self._child = self._child, None
+                self._child_done(self._steps_todo[0], child)
+            self._next_child()
+        elif self._phase == "models":
+            self._update_models()
+        elif self._phase == "bisect" and self._check_models and self._omega is not None:
+            self._model_check(final=True)
+        if not self.done:
+            self._finish("inconclusive", reason="budget")
+
     # ------------------------------------------------------------------ verdicts
     def _finish(self, status: str, *, reason: str) -> None:
         self._verdict = self._make_verdict(status, reason=reason)
         self._outstanding.clear()
 
     def _effect(self, split: int | None) -> tuple[float | None, tuple[float, float] | None]:
-        """Ratio bad/good and its interval; with ``split``, positions < split are good."""
+        """Ratio bad/good and its interval; with ``split``, from the flat runs of readings either
+        side of it (``_flat_run``: a second change further out must not pull it), else the
+        endpoints."""
         pos, u, _ = self._arrays()
         if split is None:
-            good, bad = u[pos == 0], u[pos == self.n - 1]
-        else:
-            good, bad = u[pos < split], u[pos >= split]
+            return self._effect_of(u[pos == 0], u[pos == self.n - 1])
+        keep = self._kept()
+        lo = self._flat_run(pos, u, keep & (pos < split), -1)
+        hi = self._flat_run(pos, u, keep & (pos >= split), +1)
+        return self._effect_of(u[keep & (pos >= lo) & (pos < split)], u[keep & (pos >= split) & (pos <= hi)])
+
+    def _flat_run(self, pos: np.ndarray, u: np.ndarray, side: np.ndarray, direction: int) -> int:
+        """Farthest position (going ``direction`` away from the step) up to which the readings of
+        ``side`` stay at one level: cut at the most significant further change (|t| > FLAT_T
+        and at least half of min_effect), if any."""
+        xs = np.unique(pos[side])
+        end = 0 if direction < 0 else self.n - 1
+        if xs.size < 2:
+            return end
+        if direction < 0:
+            xs = xs[::-1]
+        vals = [u[side & (pos == x)] for x in xs]
+        # The side's overall spread: conservative (a real further change inflates it), and defined
+        # when every position was read once.
+        allv = np.concatenate(vals)
+        if allv.size < 4:
+            return end
+        sd = max(float(np.std(allv, ddof=1)), 1e-6)
+        best_t, cut = 0.0, None
+        for k in range(xs.size - 1):
+            near, far = np.concatenate(vals[:k + 1]), np.concatenate(vals[k + 1:])
+            diff = float(near.mean() - far.mean())
+            t = abs(diff) / (sd * math.sqrt(1 / near.size + 1 / far.size))
+            if t > best_t and abs(diff) >= self._d_min / 2:
+                best_t, cut = t, k
+        return int(xs[cut]) if (cut is not None and best_t > FLAT_T) else end
+
+    def _effect_of(self, good: np.ndarray, bad: np.ndarray) -> tuple[float | None, tuple[float, float] | None]:
+        """Ratio bad/good of the metric from two sets of u readings, and its interval."""
         if good.size < 2 or bad.size < 2:
             return None, None
         d, se, df = _welch(good, bad)
@@ -836,16 +1237,25 @@ class BisectionStrategy:
         if self._post is not None:
             lo, hi, rmass = self._hpd_range()
             rng = (lo, hi)
+        steps: tuple = ()
+        top: tuple = ()
         if status == "culprit":
             assert self._post is not None
             index = int(np.argmax(self._post))
             mass = float(self._post[index])
             effect, ci = self._effect(index)
+        elif status in ("gradual", "several"):
+            a = self._answer
+            index, effect, ci, rng, rmass = a.get("index"), a["effect"], a["ci"], a["range"], None
+            steps = a.get("steps", ())
         elif status == "no-regression":
             rng = rmass = None
             effect, ci = self._effect(None)
         else:
             effect, ci = self._effect(None)
+            if self._post is not None:
+                top = self._top_mass()
+        discounted = tuple(self._obs_pathi[j] for j in np.flatnonzero(~self._kept()))
         return BisectVerdict(
             status=status,
             index=index,
@@ -859,7 +1269,26 @@ class BisectionStrategy:
             reason=reason,
             path=tuple(self._path),
             n=self.n,
+            steps=steps,
+            top=top,
+            discounted=discounted,
+            check=dict(self._check) if self._check is not None else None,
         )
+
+    def _top_mass(self) -> tuple[tuple[int, float], ...]:
+        """The fewest positions holding TOP_MASS of the posterior, at most TOP_MAX of them."""
+        post = self._post
+        assert post is not None
+        order = np.argsort(-post, kind="stable")[:TOP_MAX]
+        out, acc = [], 0.0
+        for i in order:
+            if post[i] <= 0:
+                break
+            out.append((int(i), float(post[i])))
+            acc += float(post[i])
+            if acc >= TOP_MASS:
+                break
+        return tuple(out)
 
 
 def _replace_trials(v: BisectVerdict, path: list) -> BisectVerdict:
