@@ -141,6 +141,7 @@ class AttributionStrategy(StrategyBase):
         self.trial_numbers: list[int] | None = None
         self._discounted: list[Observation] = []
         self._raw: tuple = ([], np.zeros(0))      # every reading of the last _log_values
+        self._step = None                         # a machine step found by the last _log_values
 
     # ------------------------------------------------------------------ data views
     def _ok(self) -> list[Observation]:
@@ -155,7 +156,8 @@ class AttributionStrategy(StrategyBase):
         groups = [o.active for o in obs]
         if len(obs) >= 8 and len(set(groups)) < len(groups):
             keys = [",".join(sorted(g)) for g in groups]
-            drift = stats.within_group_trend([o.index for o in obs], [o.value for o in obs], keys,
+            values = [o.value for o in obs]
+            drift = stats.within_group_trend([o.index for o in obs], values, keys,
                                              alpha=self.drift_alpha)
             if drift.drifting and math.isfinite(drift.slope):
                 t = np.array([o.index for o in obs], dtype=float)
@@ -168,6 +170,21 @@ class AttributionStrategy(StrategyBase):
                 y = np.array([v for o, v in zip(obs, y) if o.index in idx])
                 obs = keep
         return obs, y, drift
+
+    def _machine_step(self, obs) -> None:
+        """Did every arm's level change at one trial (another job on the box, a clock change)?
+        Seen by the re-measured arms, the references first. Reported, not removed: the step's
+        size is the largest of many places tried, so it comes out too large (a 4% step read as 8%
+        once), and removing that had named a second, false culprit."""
+        self._step = None
+        groups = [o.active for o in obs]
+        if not self.robust or len(obs) < 16 or len(set(groups)) == len(groups):
+            return
+        keys = [",".join(sorted(g)) for g in groups]
+        step = stats.within_group_step([o.index for o in obs], [o.value for o in obs], keys,
+                                       alpha=self.drift_alpha)
+        if step.found:
+            self._step = step
 
     def _without_stalls(self, obs: list[Observation]) -> list[Observation]:
         """Drop what the contamination model of ``stats.robust`` discounts, arm by arm; remembered
@@ -695,6 +712,7 @@ class AttributionStrategy(StrategyBase):
     # ------------------------------------------------------------------ verdict
     def verdict(self) -> AttributionVerdict:
         obs, y, drift = self._log_values()
+        self._machine_step(obs)
         gate = self._gate(obs, y)
         outcome = self._outcome
         if outcome is None:
@@ -765,6 +783,8 @@ class AttributionStrategy(StrategyBase):
             strategy=self.name, factors=self.factors,
             extra={"gate": decider.decision if decider is not None else None,
                    "discounted_trials": [self._trial_number(o) for o in self._discounted],
+                   "machine_step": ({"at_trial": self._step.at + 1, "change": math.expm1(self._step.size)}
+                                    if self._step is not None else None),
                    "drift_per_100_trials": (drift.slope * 100 if drift is not None and drift.drifting else 0.0)})
 
     def _decompose(self, obs, y, cset, family):
@@ -862,6 +882,13 @@ class AttributionStrategy(StrategyBase):
                 w.append(f"{len(out)} outlier(s) in the {label} arm (kept: heavy tails are real behaviour)")
         if self.failed:
             w.append(f"{self.failed} failed trial(s), not counted as measurements")
+        step = self._step
+        if step is not None:
+            first = next((o for o in obs if o.index >= step.at), None)
+            at = self._trial_number(first) if first is not None else step.at + 1
+            w.append(f"the machine changed at about trial {at}: every arm read {math.expm1(step.size):+.1%} "
+                     f"from then on (p={step.p_value:.2g}, seen on the re-measured arms); readings from "
+                     "before and after compare two machines, so the answer may not hold on either")
         if self._discounted:
             nums = [self._trial_number(o) for o in self._discounted]
             shown = ", ".join(str(k) for k in nums[:12]) + (", ..." if len(nums) > 12 else "")
