@@ -6,20 +6,23 @@ Public API:
   plan_trials(values_or_cv, ...) -> int  trials per arm to resolve min_effect
   regression_gate(good, bad, ...)        sequential good-vs-bad decision
   welch_log / yuen_log                  log-scale Welch (trimmed: Yuen) difference, se, df
-  detect_drift / within_group_trend / outliers   diagnostics
+  detect_drift / within_group_trend / within_group_step / outliers   diagnostics
   robust_sd / winsorize                  MAD-based spread, clipping at median +- k of it
   adjust_pvalues(p, method="holm")       multiple-comparison control
+  discount / kept / kept_pair            readings a contamination model discounts as stalls
 """
 from .compare import Comparison, compare, welch_log, yuen_log
-from .diagnostics import Drift, detect_drift, outliers, robust_sd, winsorize, within_group_trend
+from .diagnostics import (Drift, Step, detect_drift, outliers, robust_sd, winsorize, within_group_step,
+                          within_group_trend)
 from .multiple import adjust_pvalues
 from .planning import log_cv, plan_trials
+from .robust import discount, kept, kept_pair
 from .sequential import MARGIN_FRAC, NO_REGRESSION_ALPHA_DIVISOR, GateResult, regression_gate
 from .summary import Summary, median_ci, summarize
 
 __all__ = [
     "Comparison", "compare", "welch_log", "yuen_log", "Summary", "summarize", "median_ci", "plan_trials",
     "log_cv", "Drift", "detect_drift", "within_group_trend", "outliers", "robust_sd", "winsorize",
-    "adjust_pvalues",
+    "Step", "within_group_step", "adjust_pvalues", "discount", "kept", "kept_pair",
     "GateResult", "MARGIN_FRAC", "NO_REGRESSION_ALPHA_DIVISOR", "regression_gate",
 ]

@@ -112,10 +112,12 @@ def yuen_log(a, b, trim: float = 0.2) -> tuple[float, float, float, float]:
 
 
 def compare(a, b, *, higher_is_better: bool = True, min_effect: float = 0.02,
-            alpha: float = 0.05, seed: int = 0) -> Comparison:
+            alpha: float = 0.05, seed: int = 0, robust: bool = False) -> Comparison:
     """Compare arm ``b`` to arm ``a`` (both: positive measurements of one metric).
 
     Welch's t on log values: no equal-variance or normality assumption on the raw metric.
+    ``robust``: the readings a contamination model discounts as stalls (``stats.robust``) are
+    treated as Yuen's trimmed ones: left out of the centre, winsorized into the variance.
     ``seed`` is accepted for API stability (the method is deterministic).
     """
     del seed
@@ -123,8 +125,12 @@ def compare(a, b, *, higher_is_better: bool = True, min_effect: float = 0.02,
     b = as_positive_array(b, "b")
     if not 0 < alpha < 1:
         raise ValueError("alpha must be in (0, 1)")
-    d, se, df = welch_log(a, b)
     na, nb = int(a.size), int(b.size)
+    if robust and na >= 2 and nb >= 2:
+        from .robust import robust_log
+        d, se, df, _, _ = robust_log(a, b)
+    else:
+        d, se, df = welch_log(a, b)
     if not math.isfinite(se):
         ratio = math.exp(d) if math.isfinite(d) else float("nan")
         return Comparison(ratio, 0.0 if na and nb else float("nan"), float("inf") if na and nb else float("nan"),

@@ -43,23 +43,33 @@ class GateResult:
     regression_log: float    # estimated regression on log scale (> 0 = worse)
     lower_log: float
     upper_log: float
+    discounted: int = 0      # readings left out as stalls (robust=True)
 
 
 def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: float = 0.02,
                     alpha: float = 0.05, margin_frac: float = MARGIN_FRAC, min_n: int = 2,
-                    alpha_no: float | None = None, min_n_no: int = 4, trim: float = 0.0) -> GateResult:
+                    alpha_no: float | None = None, min_n_no: int = 4, trim: float = 0.0,
+                    robust: bool = False) -> GateResult:
     """Decide regression / no-regression / continue from the good and bad arms' measurements.
 
     ``trim`` > 0 uses Yuen's trimmed means (``stats.yuen_log``) instead of plain log means: one
-    arm's heavy tail (14% CV without CUDA graphs) then stops diluting the shift of its centre."""
+    arm's heavy tail (14% CV without CUDA graphs) then stops diluting the shift of its centre.
+    ``robust``: the readings the contamination model of ``stats.robust`` discounts as stalls are
+    left out first (``GateResult.discounted`` counts them)."""
     g = as_positive_array(good, "good")
     b = as_positive_array(bad, "bad")
-    cmp = compare(g, b, higher_is_better=higher_is_better, min_effect=min_effect, alpha=alpha)
-    d, se, df, df_lo = yuen_log(g, b, trim)  # d = log(bad/good)
+    dropped = 0
+    cmp = compare(g, b, higher_is_better=higher_is_better, min_effect=min_effect, alpha=alpha,
+                  robust=robust)
+    if robust and g.size >= 2 and b.size >= 2:
+        from .robust import robust_log
+        d, se, df, df_lo, dropped = robust_log(g, b)
+    else:
+        d, se, df, df_lo = yuen_log(g, b, trim)  # d = log(bad/good)
     reg = -d if higher_is_better else d  # > 0: bad is worse
     nan = float("nan")
     if min(g.size, b.size) < min_n or not math.isfinite(se):
-        return GateResult("continue", cmp, reg, nan, nan)
+        return GateResult("continue", cmp, reg, nan, nan, dropped)
     a_no = alpha / NO_REGRESSION_ALPHA_DIVISOR if alpha_no is None else alpha_no
     if se == 0:
         lo = hi = reg
@@ -78,4 +88,4 @@ def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: flo
         decision = "no-regression"
     else:
         decision = "continue"
-    return GateResult(decision, cmp, reg, lo, hi)
+    return GateResult(decision, cmp, reg, lo, hi, dropped)

@@ -87,6 +87,9 @@ class AttributionStrategy(StrategyBase):
       futility_trials: the budget the futility stop measures against (default ``max_trials``; a
         stage of a staged campaign passes the whole campaign's).
       rhos: the additive pairs' split grid (default ``hypotheses.RHO_GRID``).
+      robust: leave out of every decision (gate, posterior, effects) the readings a contamination
+        model discounts as stalls (``stats.robust``), and say which in the verdict; False is the
+        Gaussian behaviour before it, kept for the benchmark's side by side.
     """
 
     name = "attribution"
@@ -98,7 +101,7 @@ class AttributionStrategy(StrategyBase):
                  n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
                  family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3,
-                 futility_trials: int | None = None, rhos=None):
+                 futility_trials: int | None = None, rhos=None, robust: bool = True):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -132,36 +135,94 @@ class AttributionStrategy(StrategyBase):
         self._state: dict = {}
         self._outcome: str | None = None
         self._futile_per_arm: float | None = None
+        self.robust = bool(robust)
+        # campaign trial number of each told observation, when a driver (a residual stage) tells
+        # this strategy only part of the campaign; None: the observation's own index
+        self.trial_numbers: list[int] | None = None
+        self._discounted: list[Observation] = []
+        self._raw: tuple = ([], np.zeros(0))      # every reading of the last _log_values
+        self._step = None                         # a machine step found by the last _log_values
 
     # ------------------------------------------------------------------ data views
     def _ok(self) -> list[Observation]:
         return [o for o in self.observations if o.ok]
 
     def _log_values(self) -> tuple[list[Observation], np.ndarray, object]:
-        """Observations and their log values, detrended when a within-arm trend is significant."""
+        """Observations and their log values, detrended when a within-arm trend is significant;
+        without the readings discounted as stalls (robust)."""
         obs = self._ok()
         y = np.log([o.value for o in obs]) if obs else np.zeros(0)
         drift = None
         groups = [o.active for o in obs]
         if len(obs) >= 8 and len(set(groups)) < len(groups):
             keys = [",".join(sorted(g)) for g in groups]
-            drift = stats.within_group_trend([o.index for o in obs], [o.value for o in obs], keys,
+            values = [o.value for o in obs]
+            drift = stats.within_group_trend([o.index for o in obs], values, keys,
                                              alpha=self.drift_alpha)
             if drift.drifting and math.isfinite(drift.slope):
                 t = np.array([o.index for o in obs], dtype=float)
                 y = y - drift.slope * (t - t.mean())
+        self._raw = (obs, y)
+        if self.robust and obs:
+            keep = self._without_stalls(obs)
+            if len(keep) < len(obs):
+                idx = {o.index for o in keep}
+                y = np.array([v for o, v in zip(obs, y) if o.index in idx])
+                obs = keep
         return obs, y, drift
+
+    def _machine_step(self, obs) -> None:
+        """Did every arm's level change at one trial (another job on the box, a clock change)?
+        Seen by the re-measured arms, the references first. Reported, not removed: the step's
+        size is the largest of many places tried, so it comes out too large (a 4% step read as 8%
+        once), and removing that had named a second, false culprit."""
+        self._step = None
+        groups = [o.active for o in obs]
+        if not self.robust or len(obs) < 16 or len(set(groups)) == len(groups):
+            return
+        keys = [",".join(sorted(g)) for g in groups]
+        step = stats.within_group_step([o.index for o in obs], [o.value for o in obs], keys,
+                                       alpha=self.drift_alpha)
+        if step.found:
+            self._step = step
+
+    def _without_stalls(self, obs: list[Observation]) -> list[Observation]:
+        """Drop what the contamination model of ``stats.robust`` discounts, arm by arm; remembered
+        for the verdict's warning."""
+        by_arm: dict[frozenset, list[Observation]] = {}
+        for o in obs:
+            by_arm.setdefault(o.active, []).append(o)
+        arms = list(by_arm.values())
+        masks, _ = stats.discount([np.log([o.value for o in a]) for a in arms])
+        out = {o.index for a, m in zip(arms, masks) for o, d in zip(a, m) if d}
+        self._discounted = [o for o in obs if o.index in out]
+        return [o for o in obs if o.index not in out] if out else obs
+
+    def _trial_number(self, o: Observation) -> int:
+        """1-based number of the trial in the campaign, as progress lines count them."""
+        tn = self.trial_numbers
+        return (tn[o.index] if tn is not None and o.index < len(tn) else o.index) + 1
+
+    @property
+    def regression_confirmed(self) -> bool:
+        """Did the good-vs-bad gate on the references say ``regression`` at the last plan?"""
+        gate = self._state.get("gate")
+        return gate is not None and gate.decision == "regression"
 
     def _arm_values(self, obs, y, arm) -> np.ndarray:
         return np.array([v for o, v in zip(obs, y) if o.active == arm])
 
     def _gate(self, obs, y):
+        if self.robust:
+            # every reading, the discounted ones as Yuen's trimmed ones: dropping them outright
+            # would leave variances too small (they were dropped for lying far out)
+            obs, y = self._raw
         g = np.exp(self._arm_values(obs, y, self.good))
         b = np.exp(self._arm_values(obs, y, self.bad))
         if len(g) < 2 or len(b) < 2:
             return None
         return stats.regression_gate(g, b, higher_is_better=self.higher_is_better,
-                                     min_effect=self.min_effect, alpha=self.alpha)
+                                     min_effect=self.min_effect, alpha=self.alpha, robust=self.robust)
 
     def _matrix(self, arms) -> np.ndarray:
         """Arms as rows of a bool matrix over the factors (what hypothesis positions take)."""
@@ -194,7 +255,10 @@ class AttributionStrategy(StrategyBase):
         anything: the posterior, the confirmation arms and the significance guard at alpha / N
         (which corrects for that choice) must agree. Measured cost of that choice: about 1.5% of
         A/A runs name a culprit (tests/test_calibration.py), against 0-1% on the references alone."""
-        if levels is None:
+        if self.robust:
+            # every reading at the two levels, the discounted ones as Yuen's trimmed ones (see _gate)
+            levels = self._level_values(*self._raw, post, best_set)
+        elif levels is None:
             levels = self._level_values(obs, y, post, best_set)
         if levels is None:
             return None
@@ -202,7 +266,7 @@ class AttributionStrategy(StrategyBase):
         if len(g) < 2 or len(b) < 2:
             return None
         return stats.regression_gate(g, b, higher_is_better=self.higher_is_better,
-                                     min_effect=self.min_effect, alpha=self.alpha)
+                                     min_effect=self.min_effect, alpha=self.alpha, robust=self.robust)
 
     def _posterior(self, obs, y):
         """Posterior over hypotheses from every measurement so far (see hypotheses.posterior)."""
@@ -648,6 +712,7 @@ class AttributionStrategy(StrategyBase):
     # ------------------------------------------------------------------ verdict
     def verdict(self) -> AttributionVerdict:
         obs, y, drift = self._log_values()
+        self._machine_step(obs)
         gate = self._gate(obs, y)
         outcome = self._outcome
         if outcome is None:
@@ -686,6 +751,10 @@ class AttributionStrategy(StrategyBase):
             elif outcome == "inconclusive" and gate is not None and gate.decision == "regression":
                 warnings.append("budget ran out before one explanation was clear; leading candidates: "
                                 + ", ".join(f"{n} ({p:.0%})" for n, p in candidates[:3]))
+            elif outcome == "inconclusive" and self.robust and candidates and candidates[0][1] >= 0.5:
+                warnings.append("the good-vs-bad comparison never confirmed a regression, so no factor is "
+                                "named; where the probability sits: "
+                                + ", ".join(f"{n} ({p:.0%})" for n, p in candidates[:3] if p >= 0.05))
         decider = gate or level_gate
         regression = None
         if decider is not None:
@@ -713,6 +782,9 @@ class AttributionStrategy(StrategyBase):
             higher_is_better=self.higher_is_better, min_effect=self.min_effect, alpha=self.alpha,
             strategy=self.name, factors=self.factors,
             extra={"gate": decider.decision if decider is not None else None,
+                   "discounted_trials": [self._trial_number(o) for o in self._discounted],
+                   "machine_step": ({"at_trial": self._step.at + 1, "change": math.expm1(self._step.size)}
+                                    if self._step is not None else None),
                    "drift_per_100_trials": (drift.slope * 100 if drift is not None and drift.drifting else 0.0)})
 
     def _decompose(self, obs, y, cset, family):
@@ -810,6 +882,18 @@ class AttributionStrategy(StrategyBase):
                 w.append(f"{len(out)} outlier(s) in the {label} arm (kept: heavy tails are real behaviour)")
         if self.failed:
             w.append(f"{self.failed} failed trial(s), not counted as measurements")
+        step = self._step
+        if step is not None:
+            first = next((o for o in obs if o.index >= step.at), None)
+            at = self._trial_number(first) if first is not None else step.at + 1
+            w.append(f"the machine changed at about trial {at}: every arm read {math.expm1(step.size):+.1%} "
+                     f"from then on (p={step.p_value:.2g}, seen on the re-measured arms); readings from "
+                     "before and after compare two machines, so the answer may not hold on either")
+        if self._discounted:
+            nums = [self._trial_number(o) for o in self._discounted]
+            shown = ", ".join(str(k) for k in nums[:12]) + (", ..." if len(nums) > 12 else "")
+            w.append(f"{len(nums)} reading(s) discounted as stalls (far outside their arm's spread; "
+                     f"left out of every decision): trial {shown}")
         return w
 
     # ------------------------------------------------------------------ progress
