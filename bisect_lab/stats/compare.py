@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats as _st
 
-from ._util import as_positive_array
+from ._util import as_positive_array, welch_difference
 
 VERDICTS = ("different", "same", "unknown")
 
@@ -96,19 +96,7 @@ def yuen_log(a, b, trim: float = 0.2) -> tuple[float, float, float, float]:
         sw2 = float(w.var(ddof=1))
         parts.append((float(lx[g:n - g].mean()), (n - 1) * sw2 / (h * (h - 1)), h))
     (ma, va, ha), (mb, vb, hb) = parts
-    se2 = va + vb
-    d = mb - ma
-    if se2 <= 0:
-        return d, 0.0, float(ha + hb - 2), float(min(ha, hb) - 1)
-    df = se2 ** 2 / (va ** 2 / (ha - 1) + vb ** 2 / (hb - 1))
-    # the arm carrying the variance sets the df; only when the other arm's small variance rests on
-    # at least 4 values (two values that happen to agree say nothing) and 2x counts as a tie
-    h = min(ha, hb)
-    if va > 2 * vb and hb >= 4:
-        h = ha
-    elif vb > 2 * va and ha >= 4:
-        h = hb
-    return d, math.sqrt(se2), float(df), float(min(df, h - 1))
+    return welch_difference(ma, va, ha, mb, vb, hb)
 
 
 def compare(a, b, *, higher_is_better: bool = True, min_effect: float = 0.02,

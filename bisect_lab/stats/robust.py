@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from ._util import welch_difference
+
 EPS_PRIOR = 0.01
 EPS_PRIOR_N = 50.0
 EPS_MAX = 0.2
@@ -140,14 +142,4 @@ def robust_log(a, b, *, eps: float | None = None):
     dropped = int(ma.sum() + mb.sum())
     if min(ha, hb) < 2 or not (math.isfinite(va) and math.isfinite(vb)):
         return nan, nan, nan, nan, dropped
-    se2 = va + vb
-    d = cb - ca
-    if se2 <= 0:
-        return d, 0.0, float(ha + hb - 2), float(min(ha, hb) - 1), dropped
-    df = se2 ** 2 / (va ** 2 / (ha - 1) + vb ** 2 / (hb - 1))
-    h = min(ha, hb)
-    if va > 2 * vb and hb >= 4:
-        h = ha
-    elif vb > 2 * va and ha >= 4:
-        h = hb
-    return d, math.sqrt(se2), float(df), float(min(df, h - 1)), dropped
+    return (*welch_difference(ca, va, ha, cb, vb, hb), dropped)
