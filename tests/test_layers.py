@@ -12,7 +12,7 @@ LAYERS = {
     3: {"config", "patchset", "arms", "store", "parsers", "summaries", "nccl_log"},
     4: {"hosts", "trees", "capture", "gpu", "fingerprint", "envcheck", "diffing"},
     5: {"runner", "campaign", "bisection", "sweep", "matrix"},
-    6: {"cli", "pytest_plugin", "report", "render", "render_diff", "__main__", "__init__", "_bundled"},
+    6: {"cli", "commands", "pytest_plugin", "report", "render", "render_diff", "__main__", "__init__", "_bundled"},
 }
 
 

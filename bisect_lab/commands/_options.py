@@ -1,0 +1,93 @@
+"""The options several commands share, each defined once: what they are called, what they
+accept and what their help says, so that ``run``, ``attribute`` and ``bisect`` cannot drift apart.
+
+A command's ``setup_arguments`` picks from these; its ``run_from_args`` reads them back.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from .. import __version__
+
+JSON_HELP = "print one JSON object on stdout and nothing else"
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of 1 or more (a trial count, a budget)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {n}")
+    return n
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """``--results``, ``--cache``, ``--debug``, ``--version``: given before the command."""
+    parser.add_argument("--results", help="results folder (default ./results, or the user data dir when run from "
+                                          "inside the target repository; env BISECT_LAB_RESULTS)")
+    parser.add_argument("--cache", help="clone/tree cache (default user cache dir, env BISECT_LAB_CACHE)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"bisect-lab {__version__}")
+
+
+def add_json(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--json``; the commands that take an EXPERIMENT say what it does, the others do not."""
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_experiment(parser: argparse.ArgumentParser, experiment: bool = True) -> None:
+    """The optional EXPERIMENT positional (the bundled demo when left out) and ``--json``."""
+    if experiment:
+        parser.add_argument("experiment", nargs="?", help="experiment TOML file (default: the bundled demo)")
+    add_json(parser, help=JSON_HELP)
+
+
+def add_arms(parser: argparse.ArgumentParser, flag: str, *, required: bool = False, append: bool = False,
+             help: str | None = None) -> None:
+    """An option taking one arm spec as several shell words (``--patches all-minus topk``);
+    with ``append``, repeating it gives more arms. Read back with :func:`arm_words`."""
+    extra = {"action": "append"} if append else {}
+    if required:
+        extra["required"] = True
+    parser.add_argument(flag, nargs="+", metavar="ARM", help=help, **extra)
+
+
+def add_resume(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--resume [CAMPAIGN]``: the latest matching campaign when no id is given."""
+    parser.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN", help=help)
+
+
+def add_max_trials(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-trials", type=positive_int,
+                        help="budget (default [design] max_trials; with --resume the campaign's own; a larger "
+                             "one lets a campaign that its budget cut short go on)")
+
+
+def add_repeat(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeat", type=positive_int,
+                        help="trials per arm (default [design] repeat; with --resume the campaign's own; a larger "
+                             "one measures more in a finished campaign)")
+
+
+def arm_words(groups, args) -> list[str]:
+    """Join the words of each ``--patches/--good/--bad`` occurrence into one arm spec.
+
+    ``--patches all-minus topk`` arrives unquoted from the shell as two words; a word
+    that names an experiment file (``*.toml`` or an existing file) is the EXPERIMENT
+    positional that the option swallowed, and is given back to it (``args.experiment``).
+    """
+    specs = []
+    for words in groups or []:
+        words = [words] if isinstance(words, str) else list(words)
+        keep = []
+        for w in words:
+            if (w.endswith(".toml") or (os.path.isfile(w) and "=" not in w)) and not getattr(args, "experiment", None):
+                args.experiment = w
+            else:
+                keep.append(w)
+        if keep:
+            specs.append(" ".join(keep))
+    return specs

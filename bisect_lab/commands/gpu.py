@@ -1,0 +1,66 @@
+"""``bisect-lab gpu status | reset``: the GPUs of an experiment's hosts (or of this machine)."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import EXIT_NO_MEASUREMENT, EXIT_OK
+from . import _options
+from ._context import Context, load_experiment, to_json
+
+
+def setup_arguments(subparsers):
+    g = subparsers.add_parser("gpu", help="GPU status / reset of a host")
+    gsub = g.add_subparsers(dest="action", required=True, parser_class=type(g))
+    gs = gsub.add_parser("status")
+    _options.add_experiment(gs)
+    gr = gsub.add_parser("reset", help="kill GPU processes bisect-lab started (or all, with --kill-all) and wait idle")
+    _options.add_experiment(gr)
+    gr.add_argument("--kill-all", action="store_true", help="also kill GPU processes bisect-lab did not start (logged)")
+    g.set_defaults(func=run_from_args)
+    return g
+
+
+def run_from_args(args) -> int:
+    return run(Context.from_args(args), args.action, args.experiment, kill_all=getattr(args, "kill_all", False))
+
+
+def run(ctx: Context, action: str, experiment: str | None = None, *, kill_all: bool = False) -> int:
+    """``status`` or ``reset`` the GPUs of ``experiment``'s hosts (this machine when None).
+
+    A reset that did not succeed on some host is exit 4, after the full output.
+    """
+    from ..gpu import GpuInspector, reset
+    exp = load_experiment(experiment) if experiment else None
+    if exp is not None:
+        hosts = ctx.hosts(exp)
+        policy = exp.gpu
+    else:
+        from ..hosts import LocalHost
+        from ..model import GpuPolicy
+        hosts, policy = [LocalHost(cache_dir=ctx.cache_dir())], GpuPolicy()
+    try:
+        out = {}
+        for h in hosts:
+            if action == "status":
+                snap = GpuInspector(h).probe()
+                out[h.name] = snap.to_dict() if hasattr(snap, "to_dict") else vars(snap)
+            else:
+                if kill_all:
+                    from dataclasses import replace
+                    policy = replace(policy, kill="all-gpu-processes")
+                res = reset(h, policy, owned_pids=())
+                out[h.name] = res.to_dict() if hasattr(res, "to_dict") else vars(res)
+    finally:
+        for h in hosts:
+            h.close()
+    print(to_json(out) if ctx.json else json.dumps(out, indent=2, default=str))
+    if action == "reset":
+        # "could not" is exit 4 (as a host that cannot be made ready for a trial), after the full output
+        failed = [(name, r) for name, r in out.items() if isinstance(r, dict) and r.get("ok") is False]
+        for name, r in failed:
+            print(f"bisect-lab: error: gpu reset on {name} did not succeed: {r.get('status')}: {r.get('reason')}",
+                  file=sys.stderr)
+        if failed:
+            return EXIT_NO_MEASUREMENT
+    return EXIT_OK
