@@ -6,9 +6,10 @@ Every command module has three parts:
   from ``_options``) and sets ``func=run_from_args``;
 - ``run_from_args(args) -> int``: parsed argv to keyword arguments, the one place the command
   reads ``args``;
-- ``run(ctx, ...) -> int`` (and, for commands with actions, one function per action): the
-  plain function doing the work, given a :class:`Context` (``--results``, ``--cache``,
-  ``--json``) and plain values; it prints the result and returns the exit code.
+- the plain function doing the work, ``run(ctx, ...) -> int`` (``cache`` has ``show`` and
+  ``prune``, ``patches`` has ``capture`` beside ``run``): given a :class:`Context`
+  (``--results``, ``--cache``, ``--json``) and plain values, it prints the result and returns
+  the exit code.
 """
 from __future__ import annotations
 
