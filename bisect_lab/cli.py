@@ -203,7 +203,7 @@ class _Progress:
 
 
 def _session(args, exp, *, quiet: bool):
-    from .campaign import Session
+    from .campaigns import Session
     from .store import Store
     progress = _Progress(quiet=quiet, metric=exp.benchmark.metric)
     store = Store(_results(args, exp))
@@ -213,13 +213,14 @@ def _session(args, exp, *, quiet: bool):
     return s, progress
 
 
-def _emit(args, result: dict, render) -> None:
+def _emit(args, result, render) -> None:
+    data = result.to_dict()
     if args.json:
-        print(_json(result))
+        print(_json(data))
     else:
         from rich.console import Console
         from .redact import redact_tree
-        render(redact_tree(result), Console())
+        render(redact_tree(data), Console())
 
 
 def _json(obj) -> str:
@@ -250,7 +251,7 @@ def _with_session(args, exp, body):
 
 # --------------------------------------------------------------------------- commands
 def cmd_run(args) -> int:
-    from .campaign import run_arms
+    from .campaigns import run_arms
     from .render import run_result
     specs = _arm_words(args.patches, args)
     exp = _experiment(args.experiment)
@@ -266,7 +267,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_attribute(args) -> int:
-    from .campaign import attribute
+    from .campaigns import attribute
     from .render import attribution_result
     good, bad = _arm_words([args.good], args)[0], _arm_words([args.bad], args)[0]
     exp = _experiment(args.experiment)
@@ -275,18 +276,18 @@ def cmd_attribute(args) -> int:
                                                         strategy=args.strategy or exp.design.strategy,
                                                         repeats=args.repeats))
     _emit(args, res, attribution_result)
-    return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
+    return EXIT_INCONCLUSIVE if res.status == "inconclusive" else EXIT_OK
 
 
 def cmd_bisect(args) -> int:
-    from .bisection import bisect_commits
+    from .campaigns import bisect_commits
     from .render import bisect_result
     arm = _arm_words([args.patches], args)[0] if args.patches else "none"
     exp = _experiment(args.experiment)
     res = _with_session(args, exp, lambda s: bisect_commits(s, args.good, args.bad, arm=arm,
                                                              resume=args.resume, max_trials=args.max_trials))
     _emit(args, res, bisect_result)
-    return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
+    return EXIT_INCONCLUSIVE if res.status == "inconclusive" else EXIT_OK
 
 
 def cmd_patches(args) -> int:
@@ -460,9 +461,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import render_sweep, run_sweep
+    from .campaigns import run_sweep
+    from .render import render_sweep
     from .config import load_experiment
-    from .sweep import load_sweep
+    from .sweepfile import load_sweep
     progress = _Progress(quiet=args.json and not sys.stderr.isatty(), metric="")
     results = _results(args, load_experiment(load_sweep(args.sweep).experiment))
     try:
@@ -470,19 +472,19 @@ def cmd_sweep(args) -> int:
                         bisect_on_regression=args.bisect_on_regression, json_mode=args.json, log=progress.log)
     finally:
         progress.stop()
-    if res.get("regressions"):
+    if res.regressions:
         from .report import write_report
         from .store import Store
         with Store(results) as st:
-            res["report"] = str(write_report(st, res["sweep"], fmt="html"))
+            res.report = str(write_report(st, res.sweep, fmt="html"))
     if args.json:
-        print(_json(res))
+        print(_json(res.to_dict()))
     else:
         from rich.console import Console
-        render_sweep(res, Console())
-        if res.get("report"):
-            print(f"report: {res['report']}")
-    return EXIT_REGRESSION if res.get("regressions") else EXIT_OK
+        render_sweep(res.to_dict(), Console())
+        if res.report:
+            print(f"report: {res.report}")
+    return EXIT_REGRESSION if res.regressions else EXIT_OK
 
 
 # --------------------------------------------------------------------------- parser
