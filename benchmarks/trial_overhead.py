@@ -52,7 +52,7 @@ seed = 0
 
 
 def measure(exp_path: Path, root: Path, trials: int) -> list[float]:
-    from bisect_lab.campaign import Session, run_arms
+    from bisect_lab.campaigns import Session, run_arms
     from bisect_lab.config import load_experiment
     from bisect_lab.hosts import make_hosts
     from bisect_lab.store import Store

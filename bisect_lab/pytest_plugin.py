@@ -133,7 +133,7 @@ class _State:
     def session(self, experiment_path: Path):
         key = str(experiment_path)
         if key not in self._sessions:
-            from .campaign import Session
+            from .campaigns import Session
             from .config import load_experiment
             from .hosts import make_hosts
             exp = load_experiment(experiment_path)
@@ -395,7 +395,7 @@ class BisectLab:
     def run(self, arms, repeat: int | None = None) -> RunResult:
         """Measure ``arms`` (a spec or a list of specs), interleaved in a seeded random order, ``repeat``
         trials each. Trials are stored, tagged with this test's node id."""
-        from .sweep import measure_arms
+        from .campaigns import measure_arms
         specs = [arms] if isinstance(arms, str) else list(arms)
         session = self.session
         n = self.repeat(repeat)

@@ -189,3 +189,32 @@ def _go_on(res: dict, console: Console) -> None:
         why = ("to look for a smaller culprit beside the named ones, with the trials already made"
                if w["option"] == "--strategy" else "to go on with more trials in this campaign")
         console.print(escape(f"{why}: the same command with --resume {res['campaign']} {what}"))
+
+
+def render_sweep(res: dict, console) -> None:
+    """Print a sweep result for people (a rich Console is passed in by the entry point)."""
+    from rich.markup import escape as e        # arms, subjects, reasons are the user's text
+    from rich.table import Table
+    reg = res.get("regressions") or []
+    head = "[bold red]REGRESSION[/]" if reg else "[green]no regression[/]"
+    console.print(f"{head} — " + e(f"sweep {res['sweep']}, night {res['night']}, {res['ref']} = "
+                                   f"{res['commit'][:12]} {res.get('subject', '')} (campaign {res['campaign']})"))
+    t = Table(title=e(f"{res['metric']} per arm ({'higher' if res['higher_is_better'] else 'lower'} is better)"))
+    for col in ("arm", "status", "tonight", "last good", "change", "why"):
+        t.add_column(col)
+    for s in res["series"]:
+        c = s.get("comparison") or {}
+        meds = [m for m in s.get("medians", []) if m is not None]
+        color = {"regression": "bold red", "improvement": "green"}.get(s["status"], "")
+        t.add_row(e(s["arm"]), f"[{color}]{s['status']}[/]" if color else e(s["status"]),
+                  f"{meds[-1]:.2f}" if meds else "-",
+                  e((s.get("last_good_commit") or "-")[:12]),
+                  f"{(c['ratio'] - 1) * 100:+.1f}%" if c.get("ratio") else "-", e(str(s.get("reason", ""))))
+    console.print(t)
+    for b in res.get("bisections") or []:
+        if b.get("commit"):
+            what = "first of several steps at" if b.get("status") == "several" else "first bad commit"
+            console.print(e(f"bisection ({b['arm']}): {what} {b['commit']} [{b.get('status')}]"))
+        else:
+            console.print(e(f"bisection ({b['arm']}): {b.get('status')} {b.get('reason') or b.get('error') or ''}"))
+    console.print(e(f"report: {res.get('report_command')}"))

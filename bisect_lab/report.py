@@ -162,7 +162,7 @@ def _redacted(rep: Report) -> Report:
 
 
 def _build_report(store: Store, what: str) -> Report:
-    from .sweep import sweep_names
+    from .nights import sweep_names
     if what in sweep_names(store):
         return _sweep_report(store, what)
     try:
@@ -669,7 +669,7 @@ def _bisect_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Repo
 # --------------------------------------------------------------------------- sweeps
 def _sweep_report(store: Store, name: str, upto: str | None = None) -> Report:
     from . import report_plots as plots
-    from .sweep import sweep_history
+    from .nights import sweep_history
     nights = sweep_history(store, name)
     if upto:
         ids = [n.campaign for n in nights]

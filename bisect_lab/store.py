@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from .errors import EXIT_NO_MEASUREMENT, BisectLabError, ConfigError
 from .model import TrialResult, TrialStatus
+from .jsonable import jsonable
 from .redact import redact_text, redact_tree
 
 SCHEMA_VERSION = 1
@@ -137,28 +138,11 @@ def _trial_from_json(line: str):
     return TrialResult(**d), rec.get("extra"), rec.get("fingerprint_data")
 
 
-def _json_default(o):
-    if isinstance(o, (set, frozenset, tuple)):
-        return sorted(o) if isinstance(o, (set, frozenset)) else list(o)
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    if isinstance(o, Path):
-        return str(o)
-    return str(o)
-
-
 def dumps(obj, *, redact: bool = False) -> str:
-    """JSON that survives NaN/inf (stored as null) and dataclasses with to_dict(); ``redact``:
-    secrets hidden (:func:`bisect_lab.redact.redact_tree`), as for everything stored."""
-    def clean(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {str(k): clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        return x
-    data = clean(json.loads(json.dumps(obj, default=_json_default)))
+    """JSON through the one cleaning (:func:`bisect_lab.jsonable.jsonable`: NaN/inf stored as
+    null, results and dataclasses with to_dict() as their dicts); ``redact``: secrets hidden
+    (:func:`bisect_lab.redact.redact_tree`), as for everything stored."""
+    data = jsonable(obj)
     return json.dumps(redact_tree(data) if redact else data, sort_keys=True)
 
 

@@ -8,15 +8,8 @@ import itertools
 import math
 from collections import defaultdict
 
+from .jsonable import finite_or_none
 from .model import Arm, Experiment, TrialResult
-
-
-def _finite(x):
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if x == x and abs(x) != float("inf") else None
 
 
 def positive_metric(v) -> float | None:
@@ -101,7 +94,7 @@ def _metric_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult],
     def ok_values(spec: str, host: str | None = None) -> list[float]:
         return [float(t.metrics[metric]) for t in trials
                 if t.arm == spec and t.ok and (host is None or t.host == host)
-                and _finite(t.metrics.get(metric)) is not None]
+                and finite_or_none(t.metrics.get(metric)) is not None]
 
     out_arms = []
     fails = failures_by_arm(trials)
@@ -160,22 +153,3 @@ def holm_comparisons(comparisons: list[dict], alpha: float) -> list[str]:
     return [f"{downgraded} of {len(rows)} comparisons differ on their own (p < {alpha:g}) but not after "
             f"Holm's correction for making {len(rows)} comparisons: shown as 'unknown'; more repeats "
             "would settle them"]
-
-
-def attribution_summary(exp: Experiment, good: Arm, bad: Arm, factors: list[str], verdict,
-                        trials: list[TrialResult], campaign: str) -> dict:
-    d = verdict.to_dict() if hasattr(verdict, "to_dict") else dict(vars(verdict))
-    d = dict(d)
-    d["status"] = verdict.status
-    d["culprits"] = sorted(verdict.culprits)
-    d["trials"] = len(trials)
-    d["measurements"] = verdict.trials
-    d["failed_trials"] = sum(1 for t in trials if not t.ok)
-    d["campaign"] = campaign
-    d["good"] = good.spec
-    d["bad"] = bad.spec
-    d["factors"] = factors
-    d["metric"] = exp.benchmark.metric
-    d["env_propagation"] = env_propagation(trials)
-    d["warnings"] = list(d.get("warnings", [])) + env_warnings(trials) + flag_warnings(trials)
-    return d

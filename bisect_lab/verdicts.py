@@ -5,30 +5,16 @@ CLI prints under ``--json`` (DESIGN 3.4) and the store can keep.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
+
+from .jsonable import jsonable
 
 ATTRIBUTION_STATUSES = ("culprits", "no-regression", "inconclusive")
 
 
-def _clean(v):
-    """Make a value JSON-able: NaN/inf -> None, tuples -> lists, dataclasses -> dicts."""
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if hasattr(v, "to_dict"):
-        return v.to_dict()
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
-    if isinstance(v, frozenset):
-        return sorted(v)
-    return v
-
-
 class _ToDict:
     def to_dict(self) -> dict:
-        return {f.name: _clean(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def test_plan_progress_logs_when_the_estimate_first_exists_and_when_it_moves():
     trials after the last line."""
     from types import SimpleNamespace
 
-    from bisect_lab.campaign import PlanProgress
+    from bisect_lab.campaigns.planning import PlanProgress
     from bisect_lab.verdicts import PlanEstimate
 
     class Fake:

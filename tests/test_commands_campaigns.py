@@ -9,7 +9,7 @@ from test_commands_options import main_in_process, one_error_line
 from toyexp import make_toy
 
 from bisect_lab.commands import Context, _session, run
-from bisect_lab.commands._context import load_experiment
+from bisect_lab.commands._context import experiment_or_demo
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_run_from_argv_with_the_experiment_swallowed_by_patches(capsys, tmp_path
 
 
 def test_an_interrupt_closes_the_session_and_exits_130(capsys, tmp_path, toy):
-    exp = load_experiment(str(toy))
+    exp = experiment_or_demo(str(toy))
     seen = []
 
     def body(session):

@@ -230,7 +230,7 @@ def test_shipped_experiments_and_the_toy_still_load(tmp_path):
     loaded = 0
     for f in sorted(root.glob("*.toml")):
         if f.name.startswith("sweep"):
-            from bisect_lab.sweep import load_sweep
+            from bisect_lab.sweepfile import load_sweep
             load_sweep(f)
         elif "kimi" in f.name:
             # its patch folder is the user's own; the file itself must still be valid
@@ -257,7 +257,7 @@ def test_shipped_experiments_and_the_toy_still_load(tmp_path):
     ("name = {a = 1}\n", "name", "non-empty string"),
 ])
 def test_sweep_values_are_checked_too(tmp_path, body, key, words):
-    from bisect_lab.sweep import load_sweep
+    from bisect_lab.sweepfile import load_sweep
     (tmp_path / "e.toml").write_text("")
     p = tmp_path / "s.toml"
     # top-level keys first, then the tables

@@ -15,10 +15,9 @@ from toytarget import Toy  # noqa: E402
 
 # In-process pytester restores sys.modules after each inner run; numpy and friends cannot be
 # imported twice in one process, so the heavy modules the fixtures load are imported here first.
-import bisect_lab.campaign  # noqa: E402,F401
+import bisect_lab.campaigns  # noqa: E402,F401
 import bisect_lab.stats  # noqa: E402,F401
 import bisect_lab.store  # noqa: E402,F401
-import bisect_lab.sweep  # noqa: E402,F401
 import pandas  # noqa: E402,F401
 
 pytest_plugins = ["pytester"]

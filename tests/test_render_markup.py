@@ -2,7 +2,7 @@
 from rich.console import Console
 
 from bisect_lab.render import attribution_result, run_result
-from bisect_lab.sweep import render_sweep
+from bisect_lab.render import render_sweep
 
 M = "[/] [bold]x"
 

@@ -183,7 +183,7 @@ def test_bisect_report_shows_the_path(tmp_path):
 
 
 def test_sweep_report_and_unknown_name(tmp_path):
-    from bisect_lab.sweep import Detect, Night, judge_series
+    from bisect_lab.stats.series import Detect, Night, judge_series
     store = Store(tmp_path / "results")
     rng = np.random.default_rng(2)
     nights = []

@@ -16,8 +16,11 @@ from toytarget import Toy  # noqa: E402
 
 from bisect_lab.errors import ConfigError
 from bisect_lab.store import Store
-from bisect_lab.sweep import Detect, Night, judge_series, load_sweep, run_sweep, sweep_history
-from bisect_lab.sweep_changepoints import e_divisive
+from bisect_lab.campaigns import run_sweep
+from bisect_lab.nights import sweep_history
+from bisect_lab.stats.series import Detect, Night, judge_series
+from bisect_lab.sweepfile import load_sweep
+from bisect_lab.stats.changepoints import e_divisive
 
 
 # --------------------------------------------------------------------------- change points

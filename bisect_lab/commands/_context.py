@@ -19,10 +19,10 @@ def bundled_demo() -> Path:
     raise UsageError("the bundled demo experiment is missing from this installation; pass an EXPERIMENT file")
 
 
-def load_experiment(path: str | None):
+def experiment_or_demo(path: str | None):
     """The experiment at ``path``, else the bundled demo."""
-    from ..config import load_experiment as load
-    return load(Path(path) if path else bundled_demo())
+    from ..config import load_experiment
+    return load_experiment(Path(path) if path else bundled_demo())
 
 
 def to_json(obj) -> str:
@@ -64,11 +64,12 @@ class Context:
         from ..hosts import make_hosts
         return make_hosts(exp.host, cache_dir=self.cache_dir())
 
-    def emit(self, result: dict, render) -> None:
-        """``result`` as JSON with ``--json``, else through ``render(result, console)``."""
+    def emit(self, result, render) -> None:
+        """A typed result as JSON with ``--json``, else through ``render(its dict, console)``."""
+        data = result.to_dict()
         if self.json:
-            print(to_json(result))
+            print(to_json(data))
         else:
             from rich.console import Console
             from ..redact import redact_tree
-            render(redact_tree(result), Console())
+            render(redact_tree(data), Console())

@@ -49,10 +49,8 @@ def add_arms(parser: argparse.ArgumentParser, flag: str, *, required: bool = Fal
              help: str | None = None) -> None:
     """An option taking one arm spec as several shell words (``--patches all-minus topk``);
     with ``append``, repeating it gives more arms. Read back with :func:`arm_words`."""
-    extra = {"action": "append"} if append else {}
-    if required:
-        extra["required"] = True
-    parser.add_argument(flag, nargs="+", metavar="ARM", help=help, **extra)
+    parser.add_argument(flag, nargs="+", metavar="ARM", required=required, help=help,
+                        action="append" if append else "store")
 
 
 def add_resume(parser: argparse.ArgumentParser, help: str | None = None) -> None:

@@ -10,7 +10,7 @@ from ._progress import Progress
 
 def open_session(ctx: Context, exp, *, quiet: bool):
     """A :class:`~bisect_lab.campaign.Session` reporting each trial to a new :class:`Progress`."""
-    from ..campaign import Session
+    from ..campaigns import Session
     from ..store import Store
     progress = Progress(quiet=quiet, metric=exp.benchmark.metric)
     store = Store(ctx.results_dir(exp))

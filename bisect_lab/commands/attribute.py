@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import EXIT_INCONCLUSIVE, EXIT_OK
 from ..model import ATTRIBUTION_STRATEGIES
 from . import _options
-from ._context import Context, load_experiment
+from ._context import Context, experiment_or_demo
 from ._session import with_session
 
 
@@ -41,11 +41,11 @@ def run(ctx: Context, experiment: str | None, good: str, bad: str, *, resume: st
 
     ``strategy`` None is the experiment's ``[design] strategy``.
     """
-    from ..campaign import attribute
+    from ..campaigns import attribute
     from ..render import attribution_result
-    exp = load_experiment(experiment)
+    exp = experiment_or_demo(experiment)
     res = with_session(ctx, exp, lambda s: attribute(s, good, bad, resume=resume, max_trials=max_trials,
                                                      strategy=strategy or exp.design.strategy,
                                                      repeats=repeats))
     ctx.emit(res, attribution_result)
-    return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
+    return EXIT_INCONCLUSIVE if res.status == "inconclusive" else EXIT_OK

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import EXIT_INCONCLUSIVE, EXIT_OK
 from . import _options
-from ._context import Context, load_experiment
+from ._context import Context, experiment_or_demo
 from ._session import with_session
 
 
@@ -28,10 +28,10 @@ def run_from_args(args) -> int:
 def run(ctx: Context, experiment: str | None, good: str, bad: str, *, arm: str = "none",
         resume: str | bool | None = None, max_trials: int | None = None) -> int:
     """Bisect the commits between refs ``good`` and ``bad``; exit 3 when inconclusive."""
-    from ..bisection import bisect_commits
+    from ..campaigns import bisect_commits
     from ..render import bisect_result
-    exp = load_experiment(experiment)
+    exp = experiment_or_demo(experiment)
     res = with_session(ctx, exp, lambda s: bisect_commits(s, good, bad, arm=arm, resume=resume,
                                                           max_trials=max_trials))
     ctx.emit(res, bisect_result)
-    return EXIT_INCONCLUSIVE if res["status"] == "inconclusive" else EXIT_OK
+    return EXIT_INCONCLUSIVE if res.status == "inconclusive" else EXIT_OK

@@ -6,7 +6,7 @@ import sys
 
 from ..errors import EXIT_NO_MEASUREMENT, EXIT_OK
 from . import _options
-from ._context import Context, load_experiment, to_json
+from ._context import Context, experiment_or_demo, to_json
 
 
 def setup_arguments(subparsers):
@@ -31,7 +31,7 @@ def run(ctx: Context, action: str, experiment: str | None = None, *, kill_all: b
     A reset that did not succeed on some host is exit 4, after the full output.
     """
     from ..gpu import GpuInspector, reset
-    exp = load_experiment(experiment) if experiment else None
+    exp = experiment_or_demo(experiment) if experiment else None
     if exp is not None:
         hosts = ctx.hosts(exp)
         policy = exp.gpu

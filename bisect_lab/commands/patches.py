@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import EXIT_OK, UsageError
 from . import _options
-from ._context import Context, load_experiment, to_json
+from ._context import Context, experiment_or_demo, to_json
 
 
 def setup_arguments(subparsers):
@@ -50,7 +50,7 @@ def capture(ctx: Context, repo: str, out: str, *, split: list[str] = (), range: 
 def run(ctx: Context, action: str, experiment: str | None) -> int:
     """``list`` the patches of ``experiment``'s patch set, or ``check`` that they apply
     (exit 2 naming the first problem when one does not)."""
-    exp = load_experiment(experiment)
+    exp = experiment_or_demo(experiment)
     ps = exp.patchset
     if ps is None:
         raise UsageError(f"{exp.path}: [target] has no patches = ... folder")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import EXIT_OK
 from . import _options
-from ._context import Context, load_experiment
+from ._context import Context, experiment_or_demo
 from ._session import with_session
 
 
@@ -30,9 +30,9 @@ def run(ctx: Context, experiment: str | None, arms: list[str], *, repeat: int | 
     No arm measures ``all`` against ``none``; one arm other than ``all`` is compared
     against the full patch set.
     """
-    from ..campaign import run_arms
+    from ..campaigns import run_arms
     from ..render import run_result
-    exp = load_experiment(experiment)
+    exp = experiment_or_demo(experiment)
     if not arms:
         arms = ["all", "none"]
     elif len(arms) == 1:

@@ -24,8 +24,10 @@ def run_from_args(args) -> int:
 
 def run(ctx: Context, sweep: str, *, bisect_on_regression: bool = False) -> int:
     """Run the sweep file ``sweep``; with a regression, write its HTML report and exit 1."""
+    from ..campaigns import run_sweep
     from ..config import load_experiment
-    from ..sweep import load_sweep, render_sweep, run_sweep
+    from ..render import render_sweep
+    from ..sweepfile import load_sweep
     progress = Progress(quiet=ctx.json and not sys.stderr.isatty(), metric="")
     results = ctx.results_dir(load_experiment(load_sweep(sweep).experiment))
     try:
@@ -33,16 +35,16 @@ def run(ctx: Context, sweep: str, *, bisect_on_regression: bool = False) -> int:
                         bisect_on_regression=bisect_on_regression, json_mode=ctx.json, log=progress.log)
     finally:
         progress.stop()
-    if res.get("regressions"):
+    if res.regressions:
         from ..report import write_report
         from ..store import Store
         with Store(results) as st:
-            res["report"] = str(write_report(st, res["sweep"], fmt="html"))
+            res.report = str(write_report(st, res.sweep, fmt="html"))
     if ctx.json:
-        print(to_json(res))
+        print(to_json(res.to_dict()))
     else:
         from rich.console import Console
-        render_sweep(res, Console())
-        if res.get("report"):
-            print(f"report: {res['report']}")
-    return EXIT_REGRESSION if res.get("regressions") else EXIT_OK
+        render_sweep(res.to_dict(), Console())
+        if res.report:
+            print(f"report: {res.report}")
+    return EXIT_REGRESSION if res.regressions else EXIT_OK

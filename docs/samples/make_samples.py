@@ -47,7 +47,7 @@ def screenshot(html: Path, png: Path, height: int = 7000) -> None:
 
 
 def demo_samples(results: Path, cache: Path, shots: bool) -> None:
-    from bisect_lab.campaign import Session, attribute, run_arms
+    from bisect_lab.campaigns import Session, attribute, run_arms
     from bisect_lab.config import load_experiment
     from bisect_lab.hosts import make_hosts
     from bisect_lab.report import write_report
@@ -75,7 +75,7 @@ def sweep_samples(tmp: Path, shots: bool) -> None:
 
     from bisect_lab.report import write_report
     from bisect_lab.store import Store
-    from bisect_lab.sweep import run_sweep
+    from bisect_lab.campaigns import run_sweep
     toy = Toy(tmp / "toy", cv=0.015, patches={"fast-path": 1.0, "logging": 1.0}, repeat=4)
     sweep = toy.root / "nightly.toml"
     sweep.write_text('name = "toy-nightly"\nexperiment = "toy.toml"\nref = "main"\nrepeat = 4\n'

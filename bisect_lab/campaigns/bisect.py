@@ -1,4 +1,4 @@
-"""``bisect-lab bisect``: noise-aware commit bisection with the arm's patches on every commit (layer 5).
+"""``bisect``: noise-aware commit bisection with the arm's patches on every commit (layer 5).
 
 The search runs along the first-parent line of ``bad`` (where "contains the culprit"
 is monotone, as noisy bisection needs). When the first bad commit on that line is a
@@ -12,11 +12,13 @@ benchmark cannot run is untestable (like ``git bisect skip``), never "bad".
 """
 from __future__ import annotations
 
-from .arms import parse_arm
-from .campaign import (Session, _finish, comparable_workers, flag_campaign, open_campaign, preflight,
-                       resume_option, single_host_warnings, stored_plan)
-from .errors import UsageError
-from .runner import Executor, TrialSpec
+from ..arms import parse_arm
+from ..errors import UsageError
+from ..results import BisectResult
+from ..runner import TrialSpec
+from .drive import drive, metric_of
+from .planning import stored_plan
+from .session import Session, resume_option
 
 MAX_DEPTH = 8
 
@@ -29,9 +31,9 @@ def _info_dict(info) -> dict | None:
 
 
 def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = "none",
-                   resume: str | bool | None = None, max_trials: int | None = None) -> dict:
+                   resume: str | bool | None = None, max_trials: int | None = None) -> BisectResult:
     """Find the first commit in good..bad whose performance belongs with bad."""
-    from .strategies.bisection import BisectionStrategy
+    from ..strategies.bisection import BisectionStrategy
     exp = session.experiment
     d = exp.design
     the_arm = parse_arm(arm or "none", exp.patchset)
@@ -44,21 +46,18 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         raise UsageError(f"{bad_ref} ({bad[:12]}) has no commits that {good_ref} ({good[:12]}) lacks: "
                          "is --good an ancestor of --bad?")
     candidates = len(trees.commits_between(good, bad))
-    # a resume keeps the campaign's budget unless --max-trials raises it (see open_campaign)
+    # a resume keeps the campaign's budget unless --max-trials raises it (see Session.open)
     params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed, "max_trials": max_trials,
               "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates}
-    cid, _ = open_campaign(session, "bisect", params, resume, grow={"max_trials": d.max_trials})
-    session.campaign = cid
+    cid, _ = session.open("bisect", params, resume, grow={"max_trials": d.max_trials})
     budget = params["max_trials"]
 
-    def go():
-        preflight(session, [the_arm], commit=good)
-        preflight(session, [the_arm], commit=bad)
-        workers = comparable_workers(session, "bisect")
-        ex = Executor(exp, session.store, cid, workers, on_trial=session.on_trial,
-                      on_replay=session.on_replay, log=session.log)
-        if session.on_plan:
-            session.on_plan(budget)
+    def body() -> BisectResult:
+        session.preflight([the_arm], commit=good)
+        session.preflight([the_arm], commit=bad)
+        workers = session.comparable_workers("bisect")
+        ex = session.executor(workers)
+        session.plan(budget)
         session.log(stored_plan(session, [the_arm], f"budget {budget} trials, {candidates} candidate commits",
                                 ["good", "bad"], commits=[good, bad]))
         levels = []
@@ -72,21 +71,18 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             if left <= 2:
                 answer = answer or ("inconclusive", None, {}, shas[1:])
                 break
-            strategy = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better,
-                                         seed=d.seed + depth, max_trials=left, confidence=d.confidence,
-                                         min_effect=d.min_effect, parallel=len(workers))
-            while not strategy.done:
-                batch = strategy.ask()
-                if not batch:
-                    break
-                results = ex.run_batch([TrialSpec(the_arm, shas[p], f"bisect-level-{depth}") for p in batch])
-                for pos, r in zip(batch, results):
-                    value = r.metrics.get(session.metric) if r.ok else None
-                    if not r.ok:
-                        untestable[shas[pos]] = f"{r.status.value}: {r.error[:200]}"
-                    strategy.tell(pos, value)
-            v = strategy.verdict()
-            vd = v.to_dict() if hasattr(v, "to_dict") else dict(vars(v))
+            search = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better,
+                                       seed=d.seed + depth, max_trials=left, confidence=d.confidence,
+                                       min_effect=d.min_effect, parallel=len(workers))
+
+            def note_untestable(pos, r, shas=shas):
+                if not r.ok:
+                    untestable[shas[pos]] = f"{r.status.value}: {r.error[:200]}"
+
+            drive(search, ex, lambda pos, shas=shas, depth=depth: TrialSpec(the_arm, shas[pos], f"bisect-level-{depth}"),
+                  value_of=metric_of(session.metric), on_result=note_untestable)
+            v = search.verdict()
+            vd = v.to_dict()
             rng = vd.get("range")
             levels.append({"good": lo, "bad": hi, "candidates": len(shas) - 1, "status": v.status, "commits": shas,
                            "commit": shas[v.index] if v.status == "culprit" and v.index is not None else None,
@@ -121,33 +117,30 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             session.log(f"first bad commit on the main line is merge {culprit[:12]}: bisecting its side branch "
                         f"{base[:12]}..{side[:12]}")
             lo, hi = base, side
-        ex.require_measurements()          # nothing measurable anywhere: exit 4, not "inconclusive"
+        session.conclude(ex)          # nothing measurable anywhere: exit 4, not "inconclusive"
         status, sha, vd, rng_shas = answer
-        flag_campaign(session, cid)
-        out = dict(vd)
         ci = vd.get("effect_ci") or [None, None]
-        out.update({
-            "effect": {"ratio": vd.get("effect"), "ci_low": ci[0], "ci_high": ci[1]},
-            "posterior": vd.get("mass"),
-            "status": status,
-            "commit": sha,
-            "commit_info": _info_dict(trees.commit_info(sha)) if sha else None,
-            "trials": len(session.store.trials(cid)),
-            "campaign": cid,
-            "good": good, "bad": bad, "arm": the_arm.spec,
-            "candidates": candidates,
-            "range": rng_shas,
-            "levels": levels,
-            "commits": [c for lv in levels for c in lv["commits"]],
-            "untestable": untestable,
-            "metric": exp.benchmark.metric,
-            "max_trials": budget,
-        })
-        several = single_host_warnings(session, "bisect", "commits")
+        res = BisectResult.from_dict(vd)
+        res.effect = {"ratio": vd.get("effect"), "ci_low": ci[0], "ci_high": ci[1]}
+        res.posterior = vd.get("mass")
+        res.status = status
+        res.commit = sha
+        res.commit_info = _info_dict(trees.commit_info(sha)) if sha else None
+        res.trials = len(session.store.trials(cid))
+        res.campaign = cid
+        res.good, res.bad, res.arm = good, bad, the_arm.spec
+        res.candidates = candidates
+        res.range = rng_shas
+        res.levels = levels
+        res.commits = [c for lv in levels for c in lv["commits"]]
+        res.untestable = untestable
+        res.metric = exp.benchmark.metric
+        res.max_trials = budget
+        several = session.single_host_warnings("bisect", "commits")
         if several:
-            out.setdefault("warnings", []).extend(several)
+            res.warnings = (res.warnings or []) + several
         if status == "inconclusive" or ex.trials_total >= budget:
-            out["resume_with"] = [resume_option("--max-trials", budget)]
-        return out
+            res.resume_with = [resume_option("--max-trials", budget)]
+        return res
 
-    return _finish(session, cid, go)
+    return session.finish(body)

@@ -1,0 +1,77 @@
+"""What a campaign expects to cost, said before and while it runs (layer 5).
+
+:func:`stored_plan` reads earlier measurements of the same arms (any campaign, same experiment, same
+host) before any trial; :class:`PlanProgress` logs a strategy's own estimate as it moves.
+"""
+from __future__ import annotations
+
+from ..model import Arm
+from .session import Session, experiment_key
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] | None = None, *,
+                commits: list[str] | None = None) -> str:
+    """One line, before any trial: what earlier measurements of the arms (same experiment, same
+    host, any campaign: a `run`, an earlier attribution) say resolving ``min_effect`` between them
+    costs. ``note`` ends the line (the budget, or what this run measures); ``labels`` name the arms'
+    noise (default: their specs). With ``commits`` (a bisection's good and bad ends), the one arm's
+    trials at each of those commits are compared instead, and the estimate is per commit."""
+    from .. import stats
+    from ..summaries import positive_metric
+    from ..verdicts import PlanEstimate
+
+    exp, d = session.experiment, session.experiment.design
+    host = session.workers[0].host.name
+    if commits:
+        groups = [(arms[0].spec, c) for c in commits]
+        names = [f"{arms[0].spec!r} at {commits[0][:12]}"] + [c[:12] for c in commits[1:]]
+    else:
+        groups = [(a.spec, None) for a in arms]
+        names = [repr(a.spec) for a in arms]
+    values: dict[tuple, list[float]] = {g: [] for g in groups}
+    for t in session.store.arm_trials(sorted({spec for spec, _ in groups}), experiment=experiment_key(exp),
+                                      host=host):
+        v = positive_metric(t.metrics.get(session.metric))
+        if v is None:
+            continue
+        for spec, commit in groups:
+            if t.arm == spec and (commit is None or t.commit == commit):
+                values[(spec, commit)].append(v)
+    known = [v for v in values.values() if len(v) >= 2]
+    if not known:
+        return f"planning: no earlier measurements of {_and(names)} on {host} to plan from ({note})"
+    n = stats.plan_trials(known, min_effect=d.min_effect, alpha=d.alpha)
+    counts = [f"{len(v)} {'at' if commits and k else 'of'} {name}"
+              for k, (name, v) in enumerate(zip(names, values.values()))]
+    counts[0] = counts[0].replace(" of ", " stored trial(s) of ", 1)
+    labels = labels or names
+    cv = ", ".join(f"{label} {stats.log_cv(v):.1%}" for label, v in zip(labels, values.values()) if len(v) >= 2)
+    text = PlanEstimate(float("nan"), float("nan"), d.min_effect, n).describe("commit" if commits else "arm")
+    return f"planning from {_and(counts)} on {host} (CV {cv}): {text} ({note})"
+
+
+class PlanProgress:
+    """Logs a strategy's planning estimate as the campaign goes: when it first exists, then when
+    it moves by a quarter or more (at most every ``every`` trials)."""
+
+    def __init__(self, session: Session, strategy, every: int = 5):
+        self.session, self.strategy, self.every = session, strategy, every
+        self.last: int | None = None
+        self.at = 0
+
+    def update(self) -> None:
+        get = getattr(self.strategy, "plan_estimate", None)
+        if not callable(get):
+            return
+        plan = get()
+        n, t = plan.trials_per_arm, self.strategy.trials
+        if n is None or (self.last is not None and (abs(n - self.last) < 0.25 * self.last
+                                                     or t - self.at < self.every)):
+            return
+        self.last, self.at = n, t
+        self.session.log(f"planning after {t} trials (CV good {plan.cv_good:.1%}, bad {plan.cv_bad:.1%}): "
+                         f"{plan.text}")

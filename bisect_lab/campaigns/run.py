@@ -1,0 +1,91 @@
+"""``run``: measure arms interleaved in a balanced random order (layer 5).
+
+One function measures for every caller: the ``run`` command (:func:`run_arms`: resumable, its
+budget ``repeat`` raised on resume), a sweep night and a pytest test (:func:`measure_arms`: on a
+given commit, every trial tagged with the sweep name or the test's node id).
+"""
+from __future__ import annotations
+
+from ..arms import parse_arm
+from ..model import Arm, TrialResult
+from ..results import RunResult
+from ..runner import TrialSpec
+from .drive import BalancedRounds, drive, metric_of
+from .planning import stored_plan
+from .session import Session, resume_option
+
+
+def _arms(session: Session, specs: list[str]) -> list[Arm]:
+    arms: list[Arm] = []
+    for s in specs:
+        a = parse_arm(s, session.experiment.patchset)
+        if a.spec not in [x.spec for x in arms]:
+            arms.append(a)
+    return arms
+
+
+def _measure(session: Session, arms: list[Arm], *, repeat: int, commit: str | None, tag: str | None,
+             plan_line: bool) -> RunResult:
+    """The body of every measuring campaign: trees first, the balanced rounds, the summary."""
+    from ..summaries import run_summary
+    exp = session.experiment
+    session.preflight(arms, commit)
+    if plan_line and len(arms) > 1:
+        session.log(stored_plan(session, arms, f"this run measures {repeat} per arm"))
+    ex = session.executor()
+    # Warmup rounds (the experiment's [benchmark] warmup) are stored tagged "warmup" and never judged.
+    rounds = BalancedRounds(arms, repeat=repeat, warmup=max(0, exp.benchmark.warmup), seed=exp.design.seed,
+                            hosts=len(session.workers), tag=tag)
+    session.plan(rounds.total)
+    # Each host measures the whole balanced sequence: arms are compared within a host only.
+    drive(rounds, ex, lambda item: TrialSpec(item[0], commit, item[1]), value_of=metric_of(session.metric),
+          per_host=True)
+    session.conclude(ex)
+    trials = judged_trials(session)
+    return RunResult.from_dict(run_summary(exp, arms, trials, session.campaign))
+
+
+def judged_trials(session: Session) -> list[TrialResult]:
+    """The open campaign's trials that count (warmup rounds left out)."""
+    return [t for t in session.store.trials(session.campaign) if t.tag != "warmup"]
+
+
+def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
+             resume: str | bool | None = None) -> RunResult:
+    """Measure arms interleaved in a randomised balanced order; summaries and pairwise comparisons.
+
+    ``repeat``: trials per arm (default the experiment's ``[design] repeat``; a resume keeps the
+    campaign's own unless a larger one is given, which measures more in a finished campaign)."""
+    exp = session.experiment
+    arms = _arms(session, specs)
+    warmup = max(0, exp.benchmark.warmup)
+    params = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "warmup": warmup}
+    session.open("run", params, resume, grow={"repeat": exp.design.repeat})
+    repeat = params["repeat"]
+
+    def body() -> RunResult:
+        res = _measure(session, arms, repeat=repeat, commit=None, tag=None, plan_line=True)
+        res.repeat = repeat
+        if res.undecided:
+            res.resume_with = [resume_option("--repeat", repeat)]
+        return res
+
+    return session.finish(body)
+
+
+def measure_arms(session: Session, specs: list[str], *, repeat: int, commit: str | None = None,
+                 tag: str | None = None, kind: str = "run",
+                 params: dict | None = None) -> tuple[str, RunResult, list[TrialResult]]:
+    """Like :func:`run_arms`, on a given base ``commit`` and with a ``tag`` on every trial (the
+    sweep name, a pytest node id), as a new campaign of ``kind``. Returns (campaign id, summary,
+    the judged trials)."""
+    exp = session.experiment
+    arms = _arms(session, specs)
+    p = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "commit": commit, "tag": tag,
+         "warmup": max(0, exp.benchmark.warmup), "min_effect": exp.design.min_effect, "alpha": exp.design.alpha,
+         "metric": exp.benchmark.metric, "higher_is_better": exp.benchmark.higher_is_better}
+    p.update(params or {})
+    cid, _ = session.open(kind, p, None)
+    summary = session.finish(lambda: _measure(session, arms, repeat=repeat, commit=commit, tag=tag,
+                                              plan_line=False))
+    return cid, summary, judged_trials(session)
