@@ -30,7 +30,7 @@ reads the hooks and fixtures from it, so they are all imported here.
 from __future__ import annotations
 
 from .comparison import ArmRuns, PerfComparison
-from .fixture import BisectLab, _bisect_lab_state, bisect_lab, bisect_lab_experiment
+from .fixture import BisectLab, _bisect_lab_state, bisect_lab, bisect_lab_experiment  # noqa: F401 (fixtures)
 from .options import UNKNOWN_MODES, Options
 from .plugin import (pytest_addoption, pytest_collection_modifyitems, pytest_configure,
                      pytest_terminal_summary)

@@ -27,7 +27,7 @@ def _measure(session, specs: list[str], *, repeat: int, node_id: str):
 
 
 # --------------------------------------------------------------------------- session state
-class _State:
+class SessionState:
     """Per pytest session: one results store, one bisect-lab Session (hosts, tree caches) per experiment."""
 
     def __init__(self, config):
@@ -77,7 +77,7 @@ class _State:
 
 @pytest.fixture(scope="session")
 def _bisect_lab_state(request):
-    state = _State(request.config)
+    state = SessionState(request.config)
     yield state
     state.close()
 
@@ -91,7 +91,7 @@ class BisectLab:
     ``--bisect-lab-max-repeat`` beat the marker (a quick or a thorough run of the whole suite).
     """
 
-    def __init__(self, request, state: _State):
+    def __init__(self, request, state: SessionState):
         self._request = request
         self._state = state
         self._options: Options = state.options

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .fixture import _State
+from .fixture import SessionState
 from .options import CAMPAIGNS, MARKER, OPTIONS, UNKNOWN_MODES, Options
 
 
@@ -70,7 +70,7 @@ def pytest_configure(config):
 
     def results_key():
         from ..store import load_or_create_key
-        return load_or_create_key(_State(config).results)
+        return load_or_create_key(SessionState(config).results)
     # Before collection: a matrix arm with a secret (its test id shows the tag) gets the same tag in
     # every xdist worker and in every run against these results. Read only once a secret arm exists.
     use_key(results_key)
