@@ -238,20 +238,20 @@ def test_python_probe(host):
 def test_ssh_connection_is_reused(sshd):
     with ssh_host(sshd) as h:
         h.run("true", timeout_s=20)
-        first = h._conn
+        first = h.connection.current
         for _ in range(3):
             h.run("true", timeout_s=20)
-        assert h._conn is first and first.is_connected
+        assert h.connection.current is first and first.is_connected
 
 
 def test_ssh_reconnects_after_server_drops_connection(sshd):
     with ssh_host(sshd) as h:
         assert h.run("echo one", timeout_s=20).stdout == "one\n"
-        first = h._conn
+        first = h.connection.current
         assert sshd.drop_connections() >= 1
         assert wait_until(lambda: not first.is_connected, 5)
         assert h.run("echo two", timeout_s=20).stdout == "two\n"
-        assert h._conn is not first
+        assert h.connection.current is not first
         assert h.read_bytes(sshd.known_hosts_path).startswith(b"[127.0.0.1]")
 
 

@@ -3,6 +3,7 @@ trials of a toy target (real git repo, real benchmark processes, real SQLite sto
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,54 @@ def test_import_is_cheap():
             "'bisect_lab.store', 'bisect_lab.campaign') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+ENTRY_POINT_TESTS = """
+    import sys
+    from pathlib import Path
+    import pytest
+    from bisect_lab.pytest_plugin import Options, PerfComparison
+    from bisect_lab.pytest_plugin.options import OPTIONS
+
+    def test_loaded_from_the_entry_point(request):
+        plugin = request.config.pluginmanager.get_plugin("bisect_lab")
+        assert plugin is sys.modules["bisect_lab.pytest_plugin"]
+        assert Path(plugin.__file__).resolve().is_relative_to(Path(ROOT))
+        assert isinstance(request.config.stash[OPTIONS], Options)
+
+    @pytest.mark.bisect_lab(repeat=3, max_repeat=4, max_regression=0.3, unknown="skip")
+    def test_marker_against_options(bisect_lab):
+        assert bisect_lab.repeat() == 7 and bisect_lab.max_repeat() == 9     # the options win
+        assert bisect_lab.max_regression == 0.3 and bisect_lab.unknown == "skip"    # the marker wins
+
+    def test_options_without_a_marker(bisect_lab):
+        assert bisect_lab.max_regression == 0.5 and bisect_lab.unknown == "xfail"
+        assert isinstance(bisect_lab.compare([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]), PerfComparison)
+"""
+
+
+def test_plugin_loads_from_the_pyproject_entry_point(tmp_path):
+    """A fresh pytest process finds the plugin only through the ``pytest11`` entry point that
+    pyproject.toml declares (a dist-info written from it), whether or not bisect-lab is installed."""
+    import tomllib
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
+    dist = tmp_path / "site" / "bisect_lab-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bisect-lab\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
+    (tmp_path / "test_ep.py").write_text(f"ROOT = {str(ROOT)!r}\n" + textwrap.dedent(ENTRY_POINT_TESTS))
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), str(ROOT)])
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-p", "no:hypothesispytest", "test_ep.py", *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = run("--bisect-lab-repeat=7", "--bisect-lab-max-repeat=9", "--bisect-lab-max-regression=0.5",
+            "--bisect-lab-unknown=xfail")
+    assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout + r.stderr
+    r = run("--bisect-lab-skip")
+    assert r.returncode == 0 and "1 passed, 2 skipped" in r.stdout, r.stdout + r.stderr
 
 
 def test_plugin_is_registered_with_its_option_group(pytester):
