@@ -1,7 +1,7 @@
-"""Frozen verdict value objects of the search strategies (DESIGN 4, layer 1). Pure: no I/O.
+"""Frozen verdict value objects of the search strategies (layer 1). Pure: no I/O.
 
 Everything a strategy concludes is returned as one of these, with a JSON-able ``to_dict()`` that the
-CLI prints under ``--json`` (DESIGN 3.4) and the store can keep.
+CLI prints under ``--json`` and the store can keep.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ class PlanEstimate(_ToDict):
 
 @dataclass(frozen=True)
 class AttributionVerdict(_ToDict):
-    """What an attribution concluded (DESIGN 3.5).
+    """What an attribution concluded.
 
     ``status``: "culprits" | "no-regression" | "inconclusive"; ``culprits``: sorted factor names
     (empty unless status == "culprits"); ``trials``: number of trials (measure() calls), failed
