@@ -31,7 +31,7 @@ _SELECTORS = ("all", "none", "all-minus", "only", "none-plus")
 
 @dataclass(frozen=True)
 class Case:
-    """One cell of a matrix: an arm spec (DESIGN 3.3) and a test id made from it."""
+    """One cell of a matrix: an arm spec (docs/contracts.md, Arm specs) and a test id made from it."""
 
     spec: str
     id: str

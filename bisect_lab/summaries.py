@@ -1,4 +1,4 @@
-"""Campaign results as plain, JSON-able dicts (the ``--json`` contract of DESIGN 3.4).
+"""Campaign results as plain, JSON-able dicts (the ``--json`` contract, docs/contracts.md).
 
 Pure functions over stored trials and verdicts; the CLI renders them for people.
 """
