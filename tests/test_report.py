@@ -394,3 +394,15 @@ def test_bisect_report_status_and_effect_are_the_stored_results(tmp_path):
     assert rep.answer.startswith(f"A gradual change spread over 4 commits, `{shas[1][:10]}` .. `{shas[4][:10]}`")
     assert "total effect -15.0% (-20.0% .. -10.0%)" in rep.answer
     store.close()
+
+
+def test_run_report_says_same_within_the_margin_the_run_used(tmp_path):
+    """`run` stores the margin of its "same" verdicts (min_effect): the report quotes that one,
+    not a default 2%."""
+    def same_at_5(res):
+        res["comparisons"][0].update(verdict="same", regression=False)
+        res["min_effect"] = 0.05
+    store, cid = _stored_run(tmp_path, {"none": 100.0, "all": 99.0}, doctor=same_at_5)
+    rep = build_report(store, cid)
+    assert "perform the same within ±5%" in rep.answer, rep.answer
+    store.close()

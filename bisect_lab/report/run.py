@@ -102,7 +102,8 @@ def run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
     metric, hib = metric_of(c, res, trials), higher_is_better_of(c)
     trials_m = [t for t in trials if t.tag != "warmup"]
     values = ok_values(trials_m, metric)
-    min_effect = float(c.params.get("min_effect") or 0.02)
+    # the margin the campaign decided "same" with (stored since the typed results; older: params or 2%)
+    min_effect = float((res and res.min_effect) or c.params.get("min_effect") or 0.02)
     stored = res is not None and bool(res.arms)
     if stored:
         arms = [a.get("arm") for a in res.arms]
@@ -112,7 +113,7 @@ def run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
         tables = [stored_arms_table(rows) for rows in arm_rows]
     else:
         arms = list(dict.fromkeys(c.params.get("arms") or [t.arm for t in trials_m]))
-        computed = computed_comparisons([(metric, values, hib)], arms, min_effect, float(c.params.get("alpha") or 0.05))
+        computed = computed_comparisons([(metric, values, hib)], arms, min_effect, float((res and res.alpha) or c.params.get("alpha") or 0.05))
         blocks = [(metric, hib, computed[0])]
         tables = [arms_table(values, trials_m, arms)]
     (table, sentences), *more = comparison_blocks(blocks, min_effect)
