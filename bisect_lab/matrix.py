@@ -1,4 +1,4 @@
-"""Experiment matrices: patch selections x env values -> arm specs with readable ids (layer 5).
+"""Experiment matrices: patch selections x env values -> arm specs with readable ids (layer 3).
 
 Used by the pytest plugin (``pytest.mark.parametrize``) and by sweep files (``[matrix]``)::
 

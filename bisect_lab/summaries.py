@@ -1,6 +1,6 @@
-"""Campaign results as plain, JSON-able dicts (the ``--json`` contract, docs/contracts.md).
-
-Pure functions over stored trials and verdicts; the CLI renders them for people.
+"""The rows of campaign results (layer 3): per-arm summaries, pairwise comparisons in one Holm
+family, what the trials' environment showed. Pure functions over stored trials; the typed results
+(:mod:`bisect_lab.results`) carry them.
 """
 from __future__ import annotations
 
