@@ -1,7 +1,7 @@
 # Frozen copy of bisect_lab/strategies/bisection.py before model checking and the stall model: the
 # baseline that benchmarks/simulate_bisection.py prints side by side with the current strategy
 # (method "before"). Not used by the product.
-"""Noise-aware bisection over an ordered list of candidates (DESIGN 2, 3.5, 5; issue 5).
+"""Noise-aware bisection over an ordered list of candidates (issue 5).
 
 Positions ``0 .. n-1`` are in history order; position 0 is the known-good endpoint, position ``n-1``
 the known-bad one. The unknown is the change position ``c`` (``1 <= c <= n-1``): positions ``< c``
@@ -910,7 +910,7 @@ def bisect_sequence(
     confidence: float = 0.95,
     min_effect: float = 0.02,
 ) -> BisectVerdict:
-    """Find the first bad position among ``n`` ordered candidates by noisy bisection (DESIGN 3.5).
+    """Find the first bad position among ``n`` ordered candidates by noisy bisection.
 
     ``measure(index) -> float | None`` runs one trial of candidate ``index`` (0 = known good,
     ``n-1`` = known bad) and returns its metric, or None when the candidate cannot be tested (build

@@ -42,7 +42,7 @@ DEFAULT_ARMS = [
 
 
 def parse_arm(spec: str) -> tuple[list[str], dict]:
-    """A small subset of DESIGN 3.3: none | all | all-minus a,b | only a,b, then VAR=value."""
+    """A small subset of the arm-spec grammar: none | all | all-minus a,b | only a,b, then VAR=value."""
     words = spec.split()
     env = dict(w.split("=", 1) for w in words if "=" in w)
     sel = [w for w in words if "=" not in w]

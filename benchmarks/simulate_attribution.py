@@ -5,7 +5,7 @@ leave-one-out baseline with 10 repeats per arm (``loo10``) and a screening desig
 factorial or Plackett-Burman, two rounds: ``screen2``), and prints per scenario: accuracy (right status and
 exactly the right culprits), false-culprit rate (a factor named that is not a culprit), mean and p95
 trials. Noise shapes come from measurements on an H200 (CV 0.6% with CUDA graphs, 14% with a heavy
-right tail without; /work/shared/data), embedded below so the script runs anywhere.
+right tail without), embedded below so the script runs anywhere.
 
     python benchmarks/simulate_attribution.py            # full run (~10 min on 2 cores)
     python benchmarks/simulate_attribution.py --quick    # smoke run

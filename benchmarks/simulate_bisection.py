@@ -7,7 +7,7 @@ Run from the repository root:
 
 1,000 candidates, the change position drawn uniformly, a throughput-like metric (higher is better)
 with noise of CV 3% shaped like the launch-bound decode loop measured on an H200 (heavy right tail;
-/work/shared/data/h200_decode_noise_2026-11-29.json, eager arm). Every method sees the same
+the eager arm of the 2026-11-29 decode-noise measurement). Every method sees the same
 scenarios and the same per-repetition truth; each prints accuracy, mean and p95 trials.
 """
 from __future__ import annotations

@@ -18,9 +18,12 @@ def __getattr__(name):
         # The CLI's `attribute` runs this same strategy (StagedAttribution) on real trials.
         from .strategies.staged import attribute_staged
         return attribute_staged
-    if name in ("bisect_sequence", "BisectVerdict"):
-        from .strategies import bisection
-        return getattr(bisection, name)
+    if name == "bisect_sequence":
+        from .strategies.bisection import bisect_sequence
+        return bisect_sequence
+    if name == "BisectVerdict":
+        from .verdicts import BisectVerdict
+        return BisectVerdict
     if name == "load":
         from .store import load
         return load

@@ -1,4 +1,4 @@
-"""Arm specs (DESIGN 3.3): parse, resolve aliases, enforce required/requires, canonical text.
+"""Arm specs (docs/contracts.md, Arm specs): parse, resolve aliases, enforce required/requires, canonical text.
 
 Grammar: a patch selection, then env assignments, separated by spaces::
 
@@ -129,7 +129,7 @@ def canonical_spec(spec: str, ps: PatchSet | None) -> str:
 
 # --------------------------------------------------------------------------- factors
 def factors_between(good: Arm, bad: Arm) -> list[str]:
-    """Factors of an attribution (DESIGN 3.3): patches that differ, then ``env:VAR`` whose values differ."""
+    """Factors of an attribution (docs/contracts.md, Arm specs): patches that differ, then ``env:VAR`` whose values differ."""
     patch_factors = sorted(good.patches ^ bad.patches)
     g, b = good.env_dict, bad.env_dict
     env_factors = sorted(f"env:{v}" for v in set(g) | set(b)

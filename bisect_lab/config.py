@@ -1,4 +1,4 @@
-"""Experiment files (DESIGN 3.1): TOML -> frozen :class:`~bisect_lab.model.Experiment`.
+"""Experiment files (docs/contracts.md, Experiment file): TOML -> frozen :class:`~bisect_lab.model.Experiment`.
 
 Every error names the file, the key and what was expected. Relative paths resolve
 against the experiment file's folder.

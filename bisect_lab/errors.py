@@ -1,4 +1,4 @@
-"""Errors that carry the exit code of DESIGN 3.4.
+"""Errors that carry the exit code of docs/contracts.md (Exit codes).
 
 Entry points catch :class:`BisectLabError` and print ``str(err)`` as one line on
 stderr, then exit with ``err.exit_code``. Anything else is a bug and shows a

@@ -1,4 +1,4 @@
-"""Fingerprints: everything about a trial's environment that could change its result (DESIGN 2).
+"""Fingerprints: everything about a trial's environment that could change its result.
 
 A fingerprint is a canonical, JSON-able dict (tree hash, patch hashes, env with
 secrets redacted, Python and package versions, NVIDIA driver / CUDA / NCCL, GPU

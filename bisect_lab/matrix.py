@@ -1,4 +1,4 @@
-"""Experiment matrices: patch selections x env values -> arm specs with readable ids (layer 5).
+"""Experiment matrices: patch selections x env values -> arm specs with readable ids (layer 3).
 
 Used by the pytest plugin (``pytest.mark.parametrize``) and by sweep files (``[matrix]``)::
 
@@ -31,7 +31,7 @@ _SELECTORS = ("all", "none", "all-minus", "only", "none-plus")
 
 @dataclass(frozen=True)
 class Case:
-    """One cell of a matrix: an arm spec (DESIGN 3.3) and a test id made from it."""
+    """One cell of a matrix: an arm spec (docs/contracts.md, Arm specs) and a test id made from it."""
 
     spec: str
     id: str

@@ -1,4 +1,4 @@
-"""Frozen value objects shared by every layer (DESIGN 4, layer 1). Pure: no I/O."""
+"""Frozen value objects shared by every layer (layer 1, docs/DEVELOPING.md). Pure: no I/O."""
 from __future__ import annotations
 
 import enum
@@ -15,7 +15,7 @@ ATTRIBUTION_STRATEGIES = ("adaptive", "thorough", "screening")
 
 @dataclass(frozen=True)
 class Patch:
-    """One applyable unit of a patch set (DESIGN 3.2)."""
+    """One applyable unit of a patch set (docs/contracts.md, Patch-set manifest)."""
 
     name: str
     path: Path                      # absolute path of the .patch file
@@ -58,7 +58,7 @@ class Arm:
 
     ``patches`` always includes required patches and everything they require.
     ``env`` holds sorted ``(VAR, value)`` pairs; value ``None`` means "unset".
-    ``spec`` is the canonical text form (DESIGN 3.3), the arm's identity everywhere.
+    ``spec`` is the canonical text form (docs/contracts.md, Arm specs), the arm's identity everywhere.
     """
 
     spec: str

@@ -1,4 +1,4 @@
-"""Benchmark output -> metrics (DESIGN 3.1 and 6; layer 3).
+"""Benchmark output -> metrics (docs/contracts.md, [benchmark]; layer 3).
 
 Pure functions: text in, ``dict[str, float]`` out. The only I/O is reading the
 result files a benchmark wrote into its per-trial ``out_dir`` on this machine;

@@ -1,4 +1,4 @@
-"""Patch sets: a folder of patch files plus ``patchset.toml`` (DESIGN 3.2)."""
+"""Patch sets: a folder of patch files plus ``patchset.toml`` (docs/contracts.md, Patch-set manifest)."""
 from __future__ import annotations
 
 import hashlib

@@ -109,12 +109,14 @@ class RunResult(Result):
     """
 
     kind: ClassVar[str] = "run"
-    optional: ClassVar[frozenset[str]] = frozenset({"secondary", "repeat", "resume_with"})
+    optional: ClassVar[frozenset[str]] = frozenset({"secondary", "repeat", "resume_with", "min_effect", "alpha"})
 
     campaign: str = ""
     experiment: str = ""
     metric: str = ""
     higher_is_better: bool = True
+    min_effect: float | None = None     # the equivalence margin of "same" verdicts
+    alpha: float | None = None
     hosts: list[str] = field(default_factory=list)
     arms: list[dict] = field(default_factory=list)
     comparisons: list[dict] = field(default_factory=list)

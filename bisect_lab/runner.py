@@ -1,4 +1,4 @@
-"""Executes trials (DESIGN 4, layer 5).
+"""Executes trials (layer 5, docs/DEVELOPING.md).
 
 A trial: prepare tree -> import check -> GPU hygiene -> run benchmark (timeout; the
 whole process tree is killed on timeout or Ctrl-C) -> parse metrics -> fingerprint ->

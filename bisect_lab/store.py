@@ -1,4 +1,4 @@
-"""The results database (DESIGN 3.6): one SQLite file under ``--results``.
+"""The results database (docs/contracts.md, load): one SQLite file under ``--results``.
 
 WAL mode and one transaction per trial, so a crash or ``kill -9`` loses at most the
 trial in flight. The schema is versioned; opening a newer database with an older

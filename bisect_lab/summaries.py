@@ -1,6 +1,6 @@
-"""Campaign results as plain, JSON-able dicts (the ``--json`` contract of DESIGN 3.4).
-
-Pure functions over stored trials and verdicts; the CLI renders them for people.
+"""The rows of campaign results (layer 3): per-arm summaries, pairwise comparisons in one Holm
+family, what the trials' environment showed. Pure functions over stored trials; the typed results
+(:mod:`bisect_lab.results`) carry them.
 """
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def run_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], cam
     warnings = holm_comparisons(family, exp.design.alpha)
     warnings += [f"secondary metric {m!r} was in no successful trial's output (parser {b.parser!r})" for m in missing]
     out = {"campaign": campaign, "experiment": exp.name, "metric": b.metric,
-           "higher_is_better": b.higher_is_better, "hosts": hosts,
+           "higher_is_better": b.higher_is_better, "min_effect": exp.design.min_effect, "alpha": exp.design.alpha,
+           "hosts": hosts,
            "arms": out_arms, "comparisons": comparisons, "trials": len(trials),
            "env_propagation": env_propagation(trials),
            "warnings": warnings + env_warnings(trials) + flag_warnings(trials)}

@@ -8,7 +8,7 @@ A sweep file (TOML)::
     repeat = 5                       # trials per arm per night (default: the experiment's [design] repeat)
 
     [matrix]
-    arms = ["all", "all-minus topk"] # arm specs (DESIGN 3.3)
+    arms = ["all", "all-minus topk"] # arm specs (docs/contracts.md, Arm specs)
     # patches = ["all", "topk"]      # or: selections x env values, expanded by bisect_lab.matrix.expand
     # env = { NCCL_PROTO = ["LL", "Simple"] }
 

@@ -1,7 +1,7 @@
-"""Frozen verdict value objects of the search strategies (DESIGN 4, layer 1). Pure: no I/O.
+"""Frozen verdict value objects of the search strategies (layer 1). Pure: no I/O.
 
 Everything a strategy concludes is returned as one of these, with a JSON-able ``to_dict()`` that the
-CLI prints under ``--json`` (DESIGN 3.4) and the store can keep.
+CLI prints under ``--json`` and the store can keep.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class PlanEstimate(_ToDict):
 
 @dataclass(frozen=True)
 class AttributionVerdict(_ToDict):
-    """What an attribution concluded (DESIGN 3.5).
+    """What an attribution concluded.
 
     ``status``: "culprits" | "no-regression" | "inconclusive"; ``culprits``: sorted factor names
     (empty unless status == "culprits"); ``trials``: number of trials (measure() calls), failed
@@ -135,3 +135,74 @@ class AttributionVerdict(_ToDict):
     def __post_init__(self):
         if self.status not in ATTRIBUTION_STATUSES:
             raise ValueError(f"status must be one of {ATTRIBUTION_STATUSES}, not {self.status!r}")
+
+
+@dataclass(frozen=True)
+class BisectVerdict:
+    """Answer of a noisy bisection.
+
+    status:     "culprit" | "gradual" | "several" | "no-regression" | "inconclusive".
+                gradual: the change is spread over ``range`` (no single commit; ``effect`` is the
+                total); several: two steps, each in ``steps``.
+    index:      the first bad position (culprit; several: the first step's, when pinned), else None.
+    mass:       posterior probability of ``index`` (culprit), else None.
+    trials:     number of measurements made (== measure calls, untestable ones included).
+    effect:     ratio bad/good of the metric (e.g. 0.95 = 5% lower), None if never estimated.
+    effect_ci:  (lo, hi) interval of that ratio at ``confidence``.
+    range:      smallest (lo, hi) position range holding >= confidence posterior mass, e.g.
+                (499, 500) when 499 is untestable, or (1, n-1) when no range does (much mass on
+                "no regression"); None for no-regression and before the confirm step ends.
+    range_mass: posterior mass of ``range``.
+    confidence: the stop confidence used.
+    reason:     short machine-readable why: "posterior" (culprit); "endpoints-equal",
+                "posterior-null" (no-regression); "untestable", "budget", "endpoints-undecided",
+                "endpoint-untestable" (inconclusive); "running" (provisional, before done).
+    path:       every trial in order, as (position, value) with value None for untestable.
+    n:          number of positions.
+    steps:      several: one dict per step, in history order: ``index`` (its first bad position,
+                None when not pinned), ``range`` [lo, hi] holding it, ``effect`` (ratio after/before
+                from the flat readings on either side), ``effect_ci``.
+    top:        inconclusive: the fewest positions holding 80% of the posterior (at most 8), with
+                their masses, most likely first.
+    discounted: indices into ``path`` of readings the noise model treats as stalls / gross outliers.
+    check:      the model check: ``p_one_step`` (bootstrap p of "one step fits"), ``model``
+                ("one", "slide" or "two") and ``extra`` (trials spent telling the models apart).
+    """
+
+    status: str
+    index: int | None
+    mass: float | None
+    trials: int
+    effect: float | None
+    effect_ci: tuple[float, float] | None
+    range: tuple[int, int] | None
+    range_mass: float | None
+    confidence: float
+    reason: str
+    path: tuple[tuple[int, float | None], ...]
+    n: int
+    steps: tuple[dict, ...] = ()
+    top: tuple[tuple[int, float], ...] = ()
+    discounted: tuple[int, ...] = ()
+    check: dict | None = None
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (tuples become lists)."""
+        return {
+            "status": self.status,
+            "index": self.index,
+            "mass": self.mass,
+            "trials": self.trials,
+            "effect": self.effect,
+            "effect_ci": list(self.effect_ci) if self.effect_ci is not None else None,
+            "range": list(self.range) if self.range is not None else None,
+            "range_mass": self.range_mass,
+            "confidence": self.confidence,
+            "reason": self.reason,
+            "path": [[p, v] for p, v in self.path],
+            "n": self.n,
+            "steps": [dict(st) for st in self.steps],
+            "top": [[p, m] for p, m in self.top],
+            "discounted": list(self.discounted),
+            "check": dict(self.check) if self.check is not None else None,
+        }

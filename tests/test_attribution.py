@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bisect_lab.strategies import (AddOneInStrategy, AttributionStrategy, LeaveOneOutStrategy,
-                                   attribute_factors, drive, replay)
+                                   attribute_one_stage, drive, replay)
 from bisect_lab.verdicts import AttributionVerdict
 
 
@@ -30,7 +30,7 @@ FACTORS = ["oea-topk", "mla-cast", "nccl-env", "sm120", "env:NCCL_PROTO", "env:S
 
 def test_finds_single_culprit_and_counts_trials():
     calls = []
-    v = attribute_factors(FACTORS, make_measure(["mla-cast"], calls=calls), seed=3)
+    v = attribute_one_stage(FACTORS, make_measure(["mla-cast"], calls=calls), seed=3)
     assert isinstance(v, AttributionVerdict)
     assert v.status == "culprits" and v.culprits == ["mla-cast"]
     assert v.trials == len(calls)
@@ -46,7 +46,7 @@ def test_finds_single_culprit_and_counts_trials():
 
 
 def test_and_pair_is_reported_as_interaction():
-    v = attribute_factors(FACTORS, make_measure(["oea-topk", "env:SGLANG_X"], kind="and", seed=5), seed=5)
+    v = attribute_one_stage(FACTORS, make_measure(["oea-topk", "env:SGLANG_X"], kind="and", seed=5), seed=5)
     assert v.status == "culprits" and v.culprits == ["env:SGLANG_X", "oea-topk"]
     assert v.hypothesis == "and"
     assert v.interactions and v.interactions[0].kind == "and"
@@ -54,17 +54,17 @@ def test_and_pair_is_reported_as_interaction():
 
 
 def test_no_regression_and_lower_is_better():
-    v = attribute_factors(FACTORS, make_measure([], effect=0.0, cv=0.01), seed=1)
+    v = attribute_one_stage(FACTORS, make_measure([], effect=0.0, cv=0.01), seed=1)
     assert v.status == "no-regression" and v.culprits == []
     # a latency: the culprit makes values larger
     rng = np.random.default_rng(2)
     lat = lambda a: 20.0 * (1.3 if "sm120" in a else 1.0) * math.exp(rng.normal(0, 0.02))  # noqa: E731
-    v = attribute_factors(FACTORS, lat, higher_is_better=False, seed=2)
+    v = attribute_one_stage(FACTORS, lat, higher_is_better=False, seed=2)
     assert v.status == "culprits" and v.culprits == ["sm120"]
 
 
 def test_budget_exhausted_is_inconclusive():
-    v = attribute_factors(FACTORS, make_measure(["nccl-env"], effect=0.03, cv=0.05), seed=0, max_trials=12)
+    v = attribute_one_stage(FACTORS, make_measure(["nccl-env"], effect=0.03, cv=0.05), seed=0, max_trials=12)
     assert v.status == "inconclusive" and v.culprits == [] and v.trials == 12
     assert any("budget" in w for w in v.warnings)
 
@@ -77,7 +77,7 @@ def test_failed_trials_count_but_are_not_measurements():
         n["k"] += 1
         return None if n["k"] % 5 == 0 else inner(active)
 
-    v = attribute_factors(FACTORS, flaky, seed=4)
+    v = attribute_one_stage(FACTORS, flaky, seed=4)
     assert v.trials == n["k"] and v.failed_trials == n["k"] // 5
     assert v.status == "culprits" and v.culprits == ["sm120"]
 
@@ -134,7 +134,7 @@ def test_leave_one_out_and_add_one_in_baselines():
 
 
 def test_single_factor():
-    v = attribute_factors(["only"], make_measure(["only"], seed=3), seed=3)
+    v = attribute_one_stage(["only"], make_measure(["only"], seed=3), seed=3)
     assert v.status == "culprits" and v.culprits == ["only"]
 
 
@@ -170,8 +170,8 @@ def test_hopeless_noise_stops_early_and_says_why():
     names = ["a", "b", "c", "d", "e"]
     for seed in range(3):
         rng = np.random.default_rng(seed)
-        v = attribute_factors(names, lambda arm: 1000.0 * math.exp(0.15 * rng.standard_t(4) / math.sqrt(2)),
-                              seed=seed, max_trials=200)
+        v = attribute_one_stage(names, lambda arm: 1000.0 * math.exp(0.15 * rng.standard_t(4) / math.sqrt(2)),
+                                seed=seed, max_trials=200)
         assert v.status == "inconclusive" and v.culprits == [], v.status
         assert v.trials <= 120, v.trials          # of 200
         assert any(w.startswith("stopped early") and "per arm" in w for w in v.warnings), v.warnings
@@ -182,10 +182,10 @@ def test_futility_never_stops_a_campaign_the_budget_can_settle():
     answered as before, with no early stop."""
     names = ["a", "b", "c", "d", "e"]
     rng = np.random.default_rng(7)
-    v = attribute_factors(names, lambda arm: 1000.0 * (0.7 if "c" in arm else 1.0)
-                          * math.exp(0.15 * rng.standard_t(4) / math.sqrt(2)), seed=1, max_trials=300)
+    v = attribute_one_stage(names, lambda arm: 1000.0 * (0.7 if "c" in arm else 1.0)
+                            * math.exp(0.15 * rng.standard_t(4) / math.sqrt(2)), seed=1, max_trials=300)
     assert v.status == "culprits" and v.culprits == ["c"], (v.status, v.culprits, v.warnings)
-    v = attribute_factors(names, lambda arm: 1000.0 * math.exp(rng.normal(0, 0.03)), seed=2, max_trials=300)
+    v = attribute_one_stage(names, lambda arm: 1000.0 * math.exp(rng.normal(0, 0.03)), seed=2, max_trials=300)
     assert v.status == "no-regression"
     assert not any(w.startswith("stopped early") for w in v.warnings)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bisect_lab import stats
-from bisect_lab.strategies import attribute_factors
+from bisect_lab.strategies import attribute_one_stage
 
 # normalised samples of a batch-1 decode loop on an H200 without CUDA graphs (14% CV, heavy right tail)
 H200_EAGER = np.array([0.8281, 0.9157, 0.9568, 0.9627, 0.9790, 0.9795, 0.9846, 1.0150, 1.0661,
@@ -167,7 +167,7 @@ def test_attribution_accuracy_single(effect, n, reps, max_mean):
     for rep in range(reps):
         rng = np.random.default_rng([21, rep])
         names, measure, truth = _scenario(rng, n, 1, effect)
-        v = attribute_factors(names, measure, seed=rep)
+        v = attribute_one_stage(names, measure, seed=rep)
         correct += v.status == "culprits" and v.culprits == truth
         false += bool(set(v.culprits) - set(truth))
         trials.append(v.trials)
@@ -185,7 +185,7 @@ def test_attribution_no_regression_rarely_names_culprits():
     for rep in range(60):
         rng = np.random.default_rng([22, rep])
         names, measure, _ = _scenario(rng, 6, 1, 0.0)
-        v = attribute_factors(names, measure, seed=rep, max_trials=160)
+        v = attribute_one_stage(names, measure, seed=rep, max_trials=160)
         statuses.append(v.status)
         names_false += bool(v.culprits)
     assert names_false <= 3, statuses            # <= alpha (5%) of 60

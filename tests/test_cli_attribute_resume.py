@@ -1,5 +1,5 @@
 """An attribution cut short by its budget goes on, in the same campaign, with a larger one: its
-stored trials are replayed, never re-run (DESIGN 3.4: --resume keeps the campaign id)."""
+stored trials are replayed, never re-run (--resume keeps the campaign id: docs/contracts.md, Interrupts and resume)."""
 import json
 import sqlite3
 

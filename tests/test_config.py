@@ -1,4 +1,4 @@
-"""Experiment files (DESIGN 3.1): loading, relative paths, precise errors."""
+"""Experiment files (docs/contracts.md, Experiment file): loading, relative paths, precise errors."""
 import textwrap
 
 import pytest

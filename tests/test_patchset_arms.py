@@ -1,4 +1,4 @@
-"""Patch-set manifests (DESIGN 3.2) and arm specs (DESIGN 3.3)."""
+"""Patch-set manifests (docs/contracts.md, Patch-set manifest) and arm specs (docs/contracts.md, Arm specs)."""
 import textwrap
 
 import pytest

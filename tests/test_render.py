@@ -42,3 +42,33 @@ def test_attribution_output_says_how_to_go_on():
     assert ("to look for a smaller culprit beside the named ones, with the trials already made: the same "
             "command with --resume 20261130-021235-attribute-cba3 --strategy thorough") in out
     assert "--resume" not in _text(base)
+
+
+def test_every_entry_takes_the_typed_result_or_its_dict_alike():
+    """The CLI passes the redacted ``to_dict()``; library callers may pass the typed result: the
+    same text either way, and keys from a newer version (kept in ``.more``) change nothing."""
+    from bisect_lab.render import bisect_result, render_sweep, run_result
+    from bisect_lab.results import AttributionResult, BisectResult, RunResult, SweepNight
+
+    def text(fn, res):
+        buf = io.StringIO()
+        fn(res, Console(file=buf, width=200, color_system=None))
+        return buf.getvalue()
+    run = {"campaign": "c1", "experiment": "demo", "metric": "tok", "higher_is_better": True,
+           "arms": [{"arm": "none", "n": 3, "median": 100.0, "mean": 100.0, "cv": 0.01, "failed": 0},
+                    {"arm": "all", "n": 3, "median": 80.0, "mean": 80.0, "cv": 0.01, "failed": 0}],
+           "comparisons": [{"a": "none", "b": "all", "host": "local", "ratio": 0.8, "ci_low": 0.78, "ci_high": 0.82,
+                            "p_value": 1e-4, "p_adjusted": 1e-4, "verdict": "different", "regression": True}],
+           "resume_with": [{"option": "--repeat", "more_than": 3}], "a_newer_key": 1}
+    bis = {"status": "culprit", "trials": 9, "campaign": "c2", "commit": "a" * 40, "posterior": 0.97,
+           "effect": {"ratio": 0.8, "ci_low": 0.7, "ci_high": 0.9}}
+    night = {"sweep": "nightly", "night": 3, "ref": "main", "commit": "b" * 40, "campaign": "c3", "metric": "tok",
+             "higher_is_better": True, "regressions": [], "report_command": "bisect-lab report nightly",
+             "series": [{"arm": "all", "status": "ok", "medians": [1.0, 1.01], "reason": "within the spread"}]}
+    attr = {"status": "no-regression", "good": "none", "bad": "all", "metric": "tok", "trials": 6, "campaign": "c4"}
+    for fn, d, cls in ((run_result, run, RunResult), (bisect_result, bis, BisectResult),
+                       (render_sweep, night, SweepNight), (attribution_result, attr, AttributionResult)):
+        assert text(fn, d) == text(fn, cls.from_dict(d)), fn.__name__
+    out = text(run_result, run)
+    assert "different (regression)" in out and "--resume c1 --repeat N (N > 3)" in out
+    assert "first bad commit: " + "a" * 40 in text(bisect_result, bis) and "-20.0% [-30.0% .. -10.0%]" in text(bisect_result, bis)

@@ -35,10 +35,22 @@ def _add(store, t, fpdata=None):
     store.add_trial(t, fingerprint_data=fpdata)
 
 
-@pytest.fixture
-def run_store(tmp_path):
+def _run_summary(store, cid, specs, **benchmark):
+    """What ``run`` stores as its result for these trials (summaries.run_summary, as the campaign calls it)."""
+    from bisect_lab.model import Arm, Benchmark, Experiment, Target
+    from bisect_lab.results import RunResult
+    from bisect_lab.summaries import run_summary
+    exp = Experiment(None, "demo", Target("/x"), Benchmark("bench", **benchmark))
+    trials = [t for t in store.trials(cid) if t.tag != "warmup"]
+    return RunResult.from_dict(run_summary(exp, [Arm(a, frozenset()) for a in specs], trials, cid)).to_dict()
+
+
+@pytest.fixture(params=["stored", "trials-only"])
+def run_store(tmp_path, request):
     """A run campaign: 'all' is 25% slower than 'all-minus mla'; one crash; NCCL_ALGO missed a worker;
-    the slowest trial ran with a throttled GPU (fingerprint differs in clocks)."""
+    the slowest trial ran with a throttled GPU (fingerprint differs in clocks). "stored": the
+    campaign stored its RunResult, as ``run`` does; "trials-only": a result without comparisons
+    (an older database), which the report computes from the trials: both must read the same."""
     store = Store(tmp_path / "results")
     cid = store.create_campaign("run", experiment="/x/demo.toml", experiment_name="demo",
                                 params={"arms": ["all-minus mla", "all NCCL_ALGO=Tree"], "repeat": 6, "seed": 0})
@@ -57,7 +69,9 @@ def run_store(tmp_path):
             i += 1
     _add(store, _trial(cid, i, "all-minus mla", status=TrialStatus.CRASHED,
                        error="benchmark exited with 1: RuntimeError: CUDA error: out of memory\nmore"))
-    store.finish_campaign(cid, "done", {"metric": "output_throughput", "higher_is_better": True})
+    result = ({"metric": "output_throughput", "higher_is_better": True} if request.param == "trials-only"
+              else _run_summary(store, cid, ["all-minus mla", "all NCCL_ALGO=Tree"]))
+    store.finish_campaign(cid, "done", result)
     yield store, cid
     store.close()
 
@@ -263,14 +277,132 @@ def test_inconclusive_attribution_says_what_is_likely_and_what_it_would_take(tmp
     store.close()
 
 
-def test_report_comparisons_decide_holm_as_run_does():
-    """A 4% difference significant on its own (p 0.04) but not among three comparisons reads
-    "unknown" in the report, with its Holm-adjusted p-value, as `run` would show it."""
-    from bisect_lab.report import _comparisons
+def test_report_computes_holm_as_run_does_when_nothing_was_stored():
+    """A campaign that stored no comparisons has them computed from its trials, decided as `run`
+    decides them: a 4% difference significant on its own (p 0.04) but not among three comparisons
+    reads "unknown", with its Holm-adjusted p-value."""
+    from bisect_lab.report.run import comparison_blocks, computed_comparisons
     rng = np.random.default_rng(0)
     vals = {a: list(1000 * np.exp(rng.normal(m, 0.03, 5))) for a, m in (("a", 0), ("b", -0.045), ("c", 0), ("d", 0))}
-    ((table, sentences),) = _comparisons([("tok", vals, True)], ["a", "b", "c", "d"], 0.02, 0.05)
+    (rows,) = computed_comparisons([("tok", vals, True)], ["a", "b", "c", "d"], 0.02, 0.05)
+    ((table, sentences),) = comparison_blocks([("tok", True, rows)], 0.02)
     row = next(r for r in table.rows if r[1] == "`b`")
     assert float(row[4]) < 0.05 <= float(row[5]), row
     assert row[6].startswith("unknown: significant alone, not after Holm's correction over 3"), row
     assert any("corrected for (Holm)" in s for s in sentences), sentences
+
+
+def _stored_run(tmp_path, levels, *, status="done", n=6, doctor=None):
+    """A run campaign over arms with these mean levels; its stored result is what ``run`` stores,
+    then changed by ``doctor(result)`` (so that a report which recomputed would show otherwise)."""
+    store = Store(tmp_path / "results")
+    specs = list(levels)
+    cid = store.create_campaign("run", experiment="e", experiment_name="e",
+                                params={"arms": specs, "repeat": n, "seed": 0})
+    rng = np.random.default_rng(3)
+    for r in range(n):
+        for k, a in enumerate(specs):
+            _add(store, _trial(cid, r * len(specs) + k, a, levels[a] * (1 + rng.normal(0, 0.01))))
+    result = _run_summary(store, cid, specs)
+    if doctor:
+        doctor(result)
+    store.finish_campaign(cid, status, result)
+    return store, cid
+
+
+def test_run_report_shows_the_stored_comparison_not_a_recomputed_one(tmp_path):
+    """The trials say `all` is ~20% slower; the stored result (doctored) says -50.0% with its own
+    interval, p-values and arm median: the report shows the stored numbers."""
+    def doctor(res):
+        res["comparisons"][0].update(ratio=0.5, ci_low=0.45, ci_high=0.55, p_value=0.0123, p_adjusted=0.0456)
+        res["arms"][0].update(median=123.45)
+    store, cid = _stored_run(tmp_path, {"none": 100.0, "all": 80.0}, doctor=doctor)
+    md = to_markdown(build_report(store, cid))
+    assert "`all` is **50.0% lower** than `none` (-55.0% .. -45.0%, p=0.012): a regression." in md
+    assert "| `none` | `all` | -50.0% | -55.0% .. -45.0% | 0.012 | 0.046 | **worse** (significant) |" in md
+    assert "| `none` | 6 | 123.45 |" in md
+    assert "-20." not in md.split("## Arms")[1].split("## Every trial")[0]
+    assert "computed by this report" not in md
+    store.close()
+
+
+def test_run_report_status_is_the_stored_verdict(tmp_path):
+    """The colour follows the stored verdict fields: trials that differ by 20% but a stored
+    "same" verdict read green; identical trials with a stored regression read red."""
+    def same(res):
+        res["comparisons"][0].update(verdict="same", regression=False)
+    store, cid = _stored_run(tmp_path, {"none": 100.0, "all": 80.0}, doctor=same)
+    rep = build_report(store, cid)
+    assert rep.status == "good" and "`all` and `none` perform the same within ±2%" in rep.answer
+    store.close()
+
+    def regression(res):
+        res["comparisons"][0].update(ratio=0.9, ci_low=0.88, ci_high=0.92, verdict="different", regression=True)
+    store, cid = _stored_run(tmp_path / "2", {"none": 100.0, "all": 100.0}, doctor=regression)
+    rep = build_report(store, cid)
+    assert rep.status == "bad" and "`all` is **10.0% lower** than `none`" in rep.answer
+    store.close()
+
+    def downgraded(res):        # significant alone, not after Holm: undecided, not green
+        res["comparisons"][0].update(verdict="unknown", regression=False, unadjusted_verdict="different")
+    store, cid = _stored_run(tmp_path / "3", {"none": 100.0, "all": 80.0}, doctor=downgraded)
+    rep = build_report(store, cid)
+    assert rep.status == "unknown" and "not significant once the 1 comparisons are corrected for" in rep.answer
+    store.close()
+
+
+def test_run_report_shows_every_stored_pair_with_the_runs_holm_family(tmp_path):
+    """Three arms: the report shows the three comparisons `run` made and stored, with the p-values
+    Holm-adjusted over those three (the report used to compare the first arm with each other arm
+    and adjust over its own two)."""
+    store, cid = _stored_run(tmp_path, {"none": 100.0, "all": 80.0, "x": 100.0})
+    res = store.campaign(cid).result
+    md = to_markdown(build_report(store, cid))
+    for r in res["comparisons"]:
+        assert f"| `{r['a']}` | `{r['b']}` | " in md and f"| {r['p_adjusted']:.2g} |" in md
+    assert "| `all` | `x` | " in md
+    store.close()
+
+
+def test_interrupted_run_says_its_numbers_were_computed_by_the_report(tmp_path):
+    store = Store(tmp_path / "results")
+    cid = store.create_campaign("run", experiment="e", experiment_name="e", params={"arms": ["none", "all"]})
+    for i in range(8):
+        _add(store, _trial(cid, i, "none" if i % 2 else "all", 100.0 if i % 2 else 80.0 + i * 0.1))
+    rep = build_report(store, cid)       # never finished: no stored result
+    md = to_markdown(rep)
+    assert f"This campaign stored no comparisons (status {store.campaign(cid).status})" in md
+    assert "computed by this report from its 8 stored trials" in md
+    assert rep.status == "bad" and "a regression" in rep.answer
+    store.close()
+
+
+def test_bisect_report_status_and_effect_are_the_stored_results(tmp_path):
+    """A bisection stores ``effect`` as {"ratio", "ci_low", "ci_high"}; the answer shows it, and
+    the colour follows the stored ``status`` ("gradual": red) whatever the trials look like."""
+    store = Store(tmp_path / "results")
+    shas = [f"{i:02d}" + "d" * 38 for i in range(5)]
+    cid = store.create_campaign("bisect", experiment="e", experiment_name="e",
+                                params={"good": shas[0], "bad": shas[4], "arm": "none"})
+    for i in range(6):
+        _add(store, _trial(cid, i, "none", 100.0, commit=shas[4 * (i % 2)]))     # no difference at all
+    store.finish_campaign(cid, "done", {"status": "gradual", "range": shas[1:], "good": shas[0], "bad": shas[4],
+                                        "effect": {"ratio": 0.85, "ci_low": 0.8, "ci_high": 0.9},
+                                        "metric": "output_throughput", "commits": shas, "n": 5})
+    rep = build_report(store, cid)
+    assert rep.status == "bad"
+    assert rep.answer.startswith(f"A gradual change spread over 4 commits, `{shas[1][:10]}` .. `{shas[4][:10]}`")
+    assert "total effect -15.0% (-20.0% .. -10.0%)" in rep.answer
+    store.close()
+
+
+def test_run_report_says_same_within_the_margin_the_run_used(tmp_path):
+    """`run` stores the margin of its "same" verdicts (min_effect): the report quotes that one,
+    not a default 2%."""
+    def same_at_5(res):
+        res["comparisons"][0].update(verdict="same", regression=False)
+        res["min_effect"] = 0.05
+    store, cid = _stored_run(tmp_path, {"none": 100.0, "all": 99.0}, doctor=same_at_5)
+    rep = build_report(store, cid)
+    assert "perform the same within ±5%" in rep.answer, rep.answer
+    store.close()

@@ -1,4 +1,4 @@
-"""The results database: durability, schema versioning, the DataFrame contract (DESIGN 3.6)."""
+"""The results database: durability, schema versioning, the DataFrame contract (docs/contracts.md, load)."""
 import sqlite3
 import subprocess
 import sys

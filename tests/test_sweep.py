@@ -198,3 +198,20 @@ def test_warmup_trials_are_stored_but_never_judged(tmp_path):
         assert tags == ["warmup", "sweep:nightly", "sweep:nightly"]
         [night] = sweep_history(store, "nightly")
         assert len(night.values["all"]) == 2
+
+
+def test_a_night_where_nothing_could_be_measured_is_no_measurement_not_a_quiet_night(tmp_path):
+    """Sweep nights end like every other campaign (Session.conclude): a benchmark that fails on
+    every try is exit 4 with its own error, and the night is not stored as a finished one (which
+    would make the next night's history read an empty night as "no-data")."""
+    from bisect_lab.errors import NoMeasurementError
+    toy = Toy(tmp_path / "t")
+    toy.experiment.write_text(toy.experiment.read_text().replace(
+        'command = "python3 bench.py"', 'command = "python3 -c \'import sys; print(\\"CUDA error: boom\\"); sys.exit(3)\'"'))
+    sweep = _sweep_file(toy, arms=("all", "none"), repeat=2)
+    with pytest.raises(NoMeasurementError, match="boom"):
+        run_sweep(sweep, results=tmp_path / "r", cache=tmp_path / "c")
+    with Store(tmp_path / "r") as store:
+        [c] = store.campaigns("sweep")
+        assert c.status == "failed"
+        assert sweep_history(store, "nightly") == []

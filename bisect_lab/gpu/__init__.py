@@ -1,4 +1,4 @@
-"""GPU hygiene (DESIGN 4, layer 4): NVML probe, idle wait, reset, clock lock, trial flags.
+"""GPU hygiene (layer 4, docs/DEVELOPING.md): NVML probe, idle wait, reset, clock lock, trial flags.
 
 Everything goes through a :class:`~bisect_lab.hosts.base.Host`, so the same code
 serves the local machine and a remote GPU box. NVML is read by a self-contained

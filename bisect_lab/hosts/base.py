@@ -1,4 +1,4 @@
-"""One interface for "run a command there" (DESIGN 4, layer 4).
+"""One interface for "run a command there" (layer 4, docs/DEVELOPING.md).
 
 ``LocalHost`` and ``SSHHost`` implement it and return the same result types, so
 trees, GPU hygiene and the runner never ask where they are. Every call takes a

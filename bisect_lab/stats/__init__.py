@@ -1,4 +1,4 @@
-"""Statistics: numbers in, decisions out (DESIGN 4, layer 2). No I/O.
+"""Statistics: numbers in, decisions out (layer 2, docs/DEVELOPING.md). No I/O.
 
 Public API:
   compare(a, b, ...) -> Comparison       two arms, ratio b/a with a CI and a 3-way verdict

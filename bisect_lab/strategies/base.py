@@ -1,4 +1,4 @@
-"""The ask/tell protocol every search strategy follows (DESIGN 2), plus shared plumbing.
+"""The ask/tell protocol every search strategy follows, plus shared plumbing.
 
 A strategy is a pure, seeded state machine:
 

@@ -629,6 +629,6 @@ class StagedAttribution:
 
 def attribute_staged(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,
                      seed: int = 0, max_trials: int = 400, **kw) -> AttributionVerdict:
-    """:func:`~bisect_lab.strategies.attribution.attribute_factors` with residual stages."""
+    """:func:`~bisect_lab.strategies.attribution.attribute_one_stage` with residual stages."""
     return drive(StagedAttribution(factors, higher_is_better=higher_is_better, seed=seed,
                                    max_trials=max_trials, **kw), measure)

@@ -1,0 +1,111 @@
+"""The report of an ``attribute`` campaign: the culprits, each factor's effect, how sure."""
+from __future__ import annotations
+
+import math
+
+from ..model import TrialResult
+from ..results import AttributionResult, result_from_dict
+from ..store import Campaign, Store
+from .document import Figure, Report, Section, Table, code, num, pct
+from .sections import (arms_table, evidence_section, go_on, higher_is_better_of, metric_of, ok_values,
+                       setup_section, trust_sections)
+
+__all__ = ["attribution_report"]
+
+
+def _answer(c: Campaign, res: AttributionResult, status: str, good, bad, min_effect: float) -> tuple[str, str]:
+    """The one-sentence answer and its colour, from the result's ``status``, ``culprits``,
+    ``regression``, ``confidence``, ``candidates`` and ``plan``."""
+    reg = res.regression or {}
+    regtxt = (f"`{bad}` is {pct(reg.get('ratio'))} vs `{good}` ({pct(reg.get('ci_low'))} .. {pct(reg.get('ci_high'))})"
+              if isinstance(reg, dict) and reg.get("ratio") is not None else "")
+    if status == "culprits":
+        conf = res.confidence
+        return (f"The regression is explained by **{', '.join(res.culprits)}**"
+                + (f" (posterior {conf:.2f})" if isinstance(conf, (int, float)) and math.isfinite(conf) else "")
+                + (f". {regtxt}." if regtxt else ".")), "bad"
+    if status == "no-regression":
+        return f"No regression: `{bad}` performs like `{good}`" + (f" ({regtxt})" if regtxt else "") + ".", "good"
+    if c.status != "done":
+        return f"The campaign did not finish (status {c.status}); resume it with --resume {c.id}.", "unknown"
+    answer = ("Inconclusive within the budget: no factor set explains the difference with enough confidence"
+              + (f" ({regtxt})" if regtxt else "") + ".")
+    likely = [f"**{f}** ({p:.2f})" for f, p in sorted(res.candidates or [], key=lambda x: -x[1]) if p >= 0.5]
+    if likely:
+        answer += f" Most likely involved so far: {', '.join(likely)}."
+    plan = res.plan
+    if isinstance(plan, dict) and plan.get("trials_per_arm"):
+        answer += (f" The noise seen (CV {max(plan.get('cv_good') or 0, plan.get('cv_bad') or 0) * 100:.0f}%) "
+                   f"needs about {plan['trials_per_arm']} trials per arm to resolve {min_effect * 100:g}%.")
+    return answer, "unknown"
+
+
+def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> Section:
+    from .. import report_plots as plots
+    culprits = res.culprits or []
+    s = Section("Effect of each factor")
+    rows, frows = [], []
+    for e in res.effects or []:
+        eff = e.get("effect") if isinstance(e.get("effect"), dict) else e
+        name = e.get("name") or e.get("factor")
+        r = {"name": name, "ratio": eff.get("ratio"), "ci_low": eff.get("ci_low"), "ci_high": eff.get("ci_high"),
+             "culprit": any(part in culprits for part in str(name).split("*"))}
+        frows.append(r)
+        share = e.get("share")
+        rows.append([code(name), e.get("kind", "main"), pct(r["ratio"]), f"{pct(r['ci_low'])} .. {pct(r['ci_high'])}",
+                     "-" if share is None else f"{share * 100:.0f}%"
+                     + (f" ({e['share_low'] * 100:.0f}..{e['share_high'] * 100:.0f}%)"
+                        if e.get("share_low") is not None and e.get("share_high") is not None else "")])
+    png = plots.effects(frows, min_effect=min_effect, title=f"Effect of switching each factor from good to bad ({metric})")
+    if png:
+        s.add(Figure(png, "Each factor's effect on the metric when switched from its good to its bad value, with its "
+                          "95% interval. The grey band is below the minimum effect of interest.", "effects"))
+    if rows:
+        s.add(Table(["factor / term", "kind", "effect", "95% CI", "share of the regression"], rows))
+    else:
+        s.p("The strategy recorded no per-factor effects.")
+    if res.interactions:
+        s.add([f"interaction ({i.get('kind', '')}): {' × '.join(i.get('factors') or [])} — "
+               f"{i.get('description') or pct((i.get('term') or {}).get('ratio'))}" for i in res.interactions])
+    if res.candidates:
+        s.add(Table(["factor", "probability it is involved"],
+                    [[code(f), f"{p:.2f}"] for f, p in sorted(res.candidates, key=lambda x: -x[1])]))
+    if res.confirmation:
+        s.add(Table(["confirmation arm (bad factors)", "expected", "n", "position (0 = good, 1 = bad)", "ok"],
+                    [[", ".join(x.get("arm") or []) or "(good)", x.get("expect", ""), str(x.get("n", "")),
+                      f"{num(x.get('position'))} ({num(x.get('position_low'))} .. {num(x.get('position_high'))})",
+                      "yes" if x.get("ok") else "**no**"] for x in res.confirmation]))
+    plan = res.plan
+    if isinstance(plan, dict) and plan.get("trials_per_arm"):
+        s.p(f"Noise seen: CV {plan.get('cv_good', 0) * 100:.1f}% (good), {plan.get('cv_bad', 0) * 100:.1f}% (bad); "
+            f"resolving {min_effect * 100:g}% at this noise takes about {plan['trials_per_arm']} trials per arm.")
+    return s
+
+
+def attribution_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
+    """The report of an attribution, from its stored :class:`AttributionResult` (a campaign that
+    stored none reads as unfinished, with its trials as the evidence)."""
+    stored = result_from_dict(c.kind, c.result)
+    res = stored if isinstance(stored, AttributionResult) else AttributionResult()
+    metric, hib = metric_of(c, stored, trials), higher_is_better_of(c)
+    status = res.status if stored is not None else c.status
+    good, bad = res.good or c.params.get("good"), res.bad or c.params.get("bad")
+    min_effect = float(res.min_effect or c.params.get("min_effect") or 0.02)
+    answer, st = _answer(c, res, status, good, bad, min_effect)
+    sections = [setup_section(c, trials, metric, hib, [["good arm", code(good)], ["bad arm", code(bad)],
+                                                        ["factors", ", ".join(code(f) for f in (res.factors or c.params.get("factors") or []))]])]
+    sections.append(_effects_section(res, metric, min_effect))
+    values = ok_values(trials, metric)
+    arms = sorted(values, key=lambda a: (a != good, a != bad, a))
+    a = Section("Arms measured")
+    a.add(arms_table(values, trials, arms))
+    sections.append(a)
+    sections.append(evidence_section(trials, metric, hib, arms))
+    sections += trust_sections(store, trials, metric, hib, values)
+    if res.warnings:
+        w = Section("Warnings")
+        w.add(list(res.warnings))
+        sections.append(w)
+    answer += go_on(c, stored)
+    return Report(f"bisect-lab report: attribution {c.id}", answer, st,
+                  [("good", good or "-"), ("bad", bad or "-"), ("trials", str(len(trials)))], sections)

@@ -1,0 +1,41 @@
+"""Which report a name asks for: a campaign (id, unique prefix, ``latest``) or a sweep (its name)."""
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..store import Store
+from .attribution import attribution_report
+from .bisection import bisect_report
+from .document import Report, redacted
+from .run import run_report
+from .sweep import sweep_report
+
+__all__ = ["build_report"]
+
+
+def build_report(store: Store, what: str) -> Report:
+    """The report of a campaign (id, unique prefix, or ``latest``) or of a sweep (its name);
+    every text in it has passed the redaction policy (a database written before it had one may
+    hold secrets in errors or output tails)."""
+    return redacted(_build_report(store, what))
+
+
+def _build_report(store: Store, what: str) -> Report:
+    from ..nights import sweep_names
+    if what in sweep_names(store):
+        return sweep_report(store, what)
+    try:
+        everything = store.campaigns() if what == "latest" else []
+        c = everything[-1] if everything else store.campaign(what)
+    except Exception as e:
+        names = sweep_names(store)
+        recent = [x.id for x in store.campaigns()[-5:]]
+        raise UsageError(f"{e}; recent campaigns: {', '.join(recent) or 'none'}"
+                         + (f"; sweeps: {', '.join(names)}" if names else "")) from None
+    trials = store.trials(c.id)
+    if c.kind == "attribute":
+        return attribution_report(store, c, trials)
+    if c.kind == "bisect":
+        return bisect_report(store, c, trials)
+    if c.kind == "sweep" and c.status == "done":
+        return sweep_report(store, c.params.get("sweep") or c.id, upto=c.id)
+    return run_report(store, c, trials)
