@@ -128,3 +128,13 @@ def test_only_run_from_args_reads_args():
 def test_cli_keeps_its_public_names():
     assert cli.bundled_demo is commands.bundled_demo and cli.bundled_demo().is_file()
     assert isinstance(cli.build_parser(), argparse.ArgumentParser)
+
+
+def test_an_arm_option_that_swallowed_only_the_experiment_file_is_a_usage_error(capsys, tmp_path):
+    """`attribute --good exp.toml --bad all`: --good's one word is the experiment file, no arm is
+    left: one line and exit 2 (it was an IndexError traceback)."""
+    exp = tmp_path / "exp.toml"
+    exp.write_text("")
+    code, out, err = main_in_process(capsys, "attribute", "--good", str(exp), "--bad", "all")
+    assert code == 2 and out == ""
+    assert one_error_line(err).startswith("bisect-lab: error: --good names no arm (only the experiment file")

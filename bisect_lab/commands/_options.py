@@ -9,6 +9,7 @@ import argparse
 import os
 
 from .. import __version__
+from ..errors import UsageError
 
 JSON_HELP = "print one JSON object on stdout and nothing else"
 
@@ -89,3 +90,13 @@ def arm_words(groups, args) -> list[str]:
         if keep:
             specs.append(" ".join(keep))
     return specs
+
+
+def one_arm(words, args, option: str) -> str:
+    """The one arm spec of ``--good`` / ``--bad`` / a bisection's ``--patches`` (see :func:`arm_words`);
+    a usage error when its words were only the experiment file."""
+    specs = arm_words([words], args)
+    if not specs:
+        raise UsageError(f"{option} names no arm (only the experiment file {args.experiment}): "
+                         f"give an arm spec, e.g. {option} none")
+    return specs[0]

@@ -29,8 +29,8 @@ def setup_arguments(subparsers):
 
 
 def run_from_args(args) -> int:
-    good = _options.arm_words([args.good], args)[0]
-    bad = _options.arm_words([args.bad], args)[0]
+    good = _options.one_arm(args.good, args, "--good")
+    bad = _options.one_arm(args.bad, args, "--bad")
     return run(Context.from_args(args), args.experiment, good, bad, resume=args.resume,
                max_trials=args.max_trials, strategy=args.strategy, repeats=args.repeats)
 

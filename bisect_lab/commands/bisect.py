@@ -20,7 +20,7 @@ def setup_arguments(subparsers):
 
 
 def run_from_args(args) -> int:
-    arm = _options.arm_words([args.patches], args)[0] if args.patches else "none"
+    arm = _options.one_arm(args.patches, args, "--patches") if args.patches else "none"
     return run(Context.from_args(args), args.experiment, args.good, args.bad, arm=arm, resume=args.resume,
                max_trials=args.max_trials)
 
