@@ -44,13 +44,13 @@ def run(ctx: Context, action: str, experiment: str | None = None, *, kill_all: b
         for h in hosts:
             if action == "status":
                 snap = GpuInspector(h).probe()
-                out[h.name] = snap.to_dict() if hasattr(snap, "to_dict") else vars(snap)
+                out[h.name] = snap.to_dict()
             else:
                 if kill_all:
                     from dataclasses import replace
                     policy = replace(policy, kill="all-gpu-processes")
                 res = reset(h, policy, owned_pids=())
-                out[h.name] = res.to_dict() if hasattr(res, "to_dict") else vars(res)
+                out[h.name] = res.to_dict()
     finally:
         for h in hosts:
             h.close()

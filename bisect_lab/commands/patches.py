@@ -89,13 +89,11 @@ def _check(ctx: Context, exp, ps) -> int:
     finally:
         for h in hosts:
             h.close()
-    data = report.to_dict() if hasattr(report, "to_dict") else vars(report)
     if ctx.json:
-        print(to_json(data))
+        print(to_json(report.to_dict()))
     else:
-        Console().print(escape(str(report)) if hasattr(report, "__str__") else data)
+        Console().print(escape(str(report)))
     if not report.ok:
-        problems = getattr(report, "problems", None) or []
-        first = problems[0] if problems else "a patch does not apply"
+        first = report.problems[0] if report.problems else "a patch does not apply"
         raise UsageError(f"patch check failed: {first}")
     return EXIT_OK
