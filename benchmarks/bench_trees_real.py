@@ -8,7 +8,10 @@ constant, a comment in a header), then measures side by side in one run, on the 
 (a) :meth:`TreeManager.prepare` of a never-seen arm (a new base commit every repetition, given as a
     full sha, as the runner does), in a manager that has already resolved its base;
 (b) the bare minimum by hand on the same clone cache: ``git worktree add --detach`` + one
-    ``git apply`` per patch.
+    ``git apply`` per patch;
+(c) the same pair with a build step (``[target] build = "true"``; by hand: ``bash -c true`` in the
+    tree), which adds what bisect-lab does around a build: the build marker and the ``git status``
+    that records which tracked files the build changed.
 
 The two alternate which goes first (ABBA), medians over ``--reps``. ``--profile`` runs cProfile
 over extra repetitions of (a) and prints where the time goes; every run also prints the host
@@ -57,13 +60,15 @@ def git(cwd, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def bare_prepare(git_dir: str, path: str, commit: str, patch_files: list[str]) -> None:
+def bare_prepare(git_dir: str, path: str, commit: str, patch_files: list[str], build: str = "") -> None:
     """The baseline: what a person would type, nothing else."""
     env = git_env()
     subprocess.run(["git", "--git-dir", git_dir, "worktree", "add", "-q", "--detach", path, commit],
                    check=True, env=env, capture_output=True)
     for p in patch_files:
         subprocess.run(["git", "apply", p], cwd=path, check=True, env=env, capture_output=True)
+    if build:
+        subprocess.run(["bash", "-c", build], cwd=path, check=True, env=env, capture_output=True)
 
 
 def pick_files(src: Path, untouched_for: int) -> list[str]:
@@ -121,7 +126,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         subprocess.run(["git", "clone", "-q", args.source, str(src)], check=True, env=git_env())
         clone_s = time.perf_counter() - t0
-        n_arms = 2 * args.reps + args.profile + 3
+        n_arms = 4 * args.reps + args.profile + 4
         files = pick_files(src, n_arms + 1)
         ps = load_patchset(make_patches(src, files, tmp / "patches"))
         names = list(ps.names)
@@ -141,29 +146,38 @@ def main(argv=None) -> int:
         tm.prepare(names, commit=commits[-1])                   # warm-up: page cache, first worktree
         bare_prepare(tm.git_dir, str(tmp / "bare-warm"), commits[-2], patch_files)
 
-        # The host commands one never-seen arm starts.
-        calls: list[str] = []
-        real_run = host.run
-        host.run = lambda *a, **k: calls.append(a[0] if isinstance(a[0], str) else " ".join(a[0])) or real_run(*a, **k)
-        tm.prepare(names, commit=commits[-3])
-        host.run = real_run
-        print(f"host commands of one never-seen arm: {len(calls)}")
-        for c in calls:
-            print("   ", (c if "\n" not in c else c.split("\n", 1)[0] + " ...")[:110])
+        built = TreeManager(host, Target(repo=str(src), ref="HEAD", build="true"), ps, max_trees=None)
+        built.resolve()
 
-        ours, bare = [], []
-        for i in range(args.reps):
-            c_ours, c_bare = commits[2 * i], commits[2 * i + 1]
-            for which in (("ours", "bare") if i % 2 == 0 else ("bare", "ours")):
-                if which == "ours":
-                    t = time.perf_counter()
-                    tree = tm.prepare(names, commit=c_ours)
-                    ours.append(time.perf_counter() - t)
-                    assert not tree.reused
-                else:
-                    t = time.perf_counter()
-                    bare_prepare(tm.git_dir, str(tmp / f"bare-{i}"), c_bare, patch_files)
-                    bare.append(time.perf_counter() - t)
+        # The host commands one never-seen arm starts, without and with a build step.
+        real_run = host.run
+        for label, manager, commit in (("", tm, commits[-3]), (" with build step", built, commits[-4])):
+            calls: list[str] = []
+            host.run = lambda *a, **k: calls.append(a[0] if isinstance(a[0], str) else " ".join(a[0])) or real_run(*a, **k)
+            manager.prepare(names, commit=commit)
+            host.run = real_run
+            print(f"host commands of one never-seen arm{label}: {len(calls)}")
+            for c in calls:
+                print("   ", (c if "\n" not in c else c.split("\n", 1)[0] + " ...")[:110])
+
+        def pair(manager: TreeManager, picks: list[str], build: str, label: str) -> tuple[list, list]:
+            ours, bare = [], []
+            for i in range(args.reps):
+                c_ours, c_bare = picks[2 * i], picks[2 * i + 1]
+                for which in (("ours", "bare") if i % 2 == 0 else ("bare", "ours")):
+                    if which == "ours":
+                        t = time.perf_counter()
+                        tree = manager.prepare(names, commit=c_ours)
+                        ours.append(time.perf_counter() - t)
+                        assert not tree.reused
+                    else:
+                        t = time.perf_counter()
+                        bare_prepare(tm.git_dir, str(tmp / f"bare-{label}-{i}"), c_bare, patch_files, build)
+                        bare.append(time.perf_counter() - t)
+            return ours, bare
+
+        ours, bare = pair(tm, commits, "", "a")
+        ours_b, bare_b = pair(built, commits[2 * args.reps:], "true", "c")
         # Cross-check: both methods produce the same files (worktree .git links aside).
         bare_prepare(tm.git_dir, str(tmp / "bare-check"), commits[0], patch_files)
         same = subprocess.run(["diff", "-r", "-q", "-x", ".git", tm.prepare(names, commit=commits[0]).path,
@@ -184,11 +198,17 @@ def main(argv=None) -> int:
         print(f"(b) bare git worktree add --detach + {len(names)} git apply:  {stats(bare)}")
         print(f"    ratio of medians: {ratio:.2f}x, median of paired ratios: {paired:.2f}x  "
               f"(target <= 1.2x)  {'OK' if ratio <= 1.2 else 'MISSED'}")
+        ratio_b = statistics.median(ours_b) / statistics.median(bare_b)
+        print(f"(c) never-seen arm with build step 'true':        {stats(ours_b)}")
+        print(f"    bare, then bash -c true in the tree:           {stats(bare_b)}")
+        print(f"    ratio of medians: {ratio_b:.2f}x, median of paired ratios: "
+              f"{statistics.median(o / b for o, b in zip(ours_b, bare_b)):.2f}x  "
+              f"(target <= 1.2x)  {'OK' if ratio_b <= 1.2 else 'MISSED'}")
         print(f"    reuse of a prepared arm, fresh manager:       {stats(reuse)}")
 
         if args.profile:
             prof = cProfile.Profile()
-            base = 2 * args.reps
+            base = 4 * args.reps
             for i in range(args.profile):
                 prof.enable()
                 tm.prepare(names, commit=commits[base + i])
@@ -197,7 +217,7 @@ def main(argv=None) -> int:
             pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
             print(f"\ncProfile of {args.profile} never-seen arms (cumulative):")
             print(s.getvalue())
-        return 0 if ratio <= 1.2 else 1
+        return 0 if ratio <= 1.2 and ratio_b <= 1.2 else 1
 
 
 if __name__ == "__main__":
