@@ -81,7 +81,7 @@ class Worktrees(HostGit):
     def _patch_path(self, p: Patch) -> str:
         """Where the patch file is on the host (copied there, content-addressed, when remote)."""
         if self.host.is_local:
-            return os.path.abspath(p.path)      # the script applies from inside the tree
+            return str(p.path)
         remote = posixpath.join(self.root, "patches", f"{p.sha256}.patch")
         if self._shipped.get(p.sha256) != remote:
             if not self.host.exists(remote):
@@ -294,11 +294,6 @@ class Worktrees(HostGit):
 
 
 # The tree pipeline as one host command (argv: git_dir index commit path message marker patches...).
-# Without a path (a check): the patches go to a temporary index of the base commit and only the tree
-# id comes out. With a path: the base commit is checked out as a detached worktree, the patches are
-# applied to it with --index (one git apply for all: it is all or nothing), its index is written as
-# the tree, and HEAD becomes the synthetic commit of that tree. A patch that does not apply removes
-# the tree again; the ready marker is written last, so nothing half-made is ever reused.
 # stdout protocol: "MISSING" (no such commit in the cache), "TREE <id>", "HEAD <sha>", "DISCARDED",
 # "READY", "DONE", or "FAILED <i>" (patch i, with git apply's stderr on stderr). Arguments arrive as
 # argv: nothing is interpolated into the script.
@@ -307,13 +302,21 @@ set -u
 git_dir=$1 index=$2 commit=$3 path=$4 msg=$5 marker=$6
 shift 6
 """ + _TREE_FUNCTIONS + r"""
-if [ -z "$path" ]; then
+if [ $# -eq 0 ]; then
+    # No patches: the base's own tree (also the check that $commit is a commit the cache holds).
+    tree=$(g rev-parse -q --verify "$commit^{commit}^{tree}") || { echo "MISSING"; exit 2; }
+else
     trap 'rm -f "$index" "$index.lock"' EXIT
     mkdir -p "${index%/*}" || exit 1
     export GIT_INDEX_FILE=$index
-    g read-tree "$commit" || exit 2
-    if [ $# -gt 0 ] && ! g apply --cached --whitespace=nowarn "$@" 2>/dev/null; then
-        # Patch by patch, to name the culprit.
+    # Also the check that $commit is a commit the cache holds (the caller resolves it only if not).
+    if ! g read-tree "$commit^{commit}" 2>/dev/null; then
+        g cat-file -e "$commit^{commit}" 2>/dev/null && exit 2
+        echo "MISSING"; exit 2
+    fi
+    # One git apply for all (all-or-nothing: the index is written only if every patch applies;
+    # successive patches to a file are fine). On failure, patch by patch to name the culprit.
+    if ! g apply --cached --whitespace=nowarn "$@" 2>/dev/null; then
         g read-tree "$commit" || exit 2
         i=0
         for p in "$@"; do
@@ -322,52 +325,33 @@ if [ -z "$path" ]; then
         done
     fi
     tree=$(g write-tree) || exit 4
-    echo "TREE $tree"
-    exit 0
+    # From here on the tree's own index must be used, not the temporary one.
+    unset GIT_INDEX_FILE
 fi
+echo "TREE $tree"
+[ -n "$path" ] || exit 0
 mkdir -p "${path%/*}" || exit 1
 # One preparation of a given tree at a time on this host; a waiter finds the marker and reuses.
 if command -v flock >/dev/null 2>&1; then
     exec 9>"$path.lock" && flock -w 3600 9 || exit 7
     if [ -s "$path.json" ]; then echo "READY"; exit 0; fi
 fi
+head=$(g commit-tree "$tree" -p "$commit" -m "$msg") || exit 5
+echo "HEAD $head"
 if [ -e "$path" ]; then
     echo "DISCARDED"
     remove_tree "$path"
 fi
-if ! out=$(g worktree add -q --detach "$path" "$commit" 2>&1); then
-    if ! g cat-file -e "$commit^{commit}" 2>/dev/null; then
-        remove_tree "$path"; echo "MISSING"; exit 2
-    fi
+if ! out=$(g worktree add -q --detach "$path" "$head" 2>&1); then
     case $out in
     *"already registered"*)
         # The folder was deleted by hand: forget the stale registration and retry once.
         g worktree prune
-        out=$(g worktree add -q --detach "$path" "$commit" 2>&1) || { echo "$out" >&2; remove_tree "$path"; exit 6; } ;;
+        out=$(g worktree add -q --detach "$path" "$head" 2>&1) || { echo "$out" >&2; remove_tree "$path"; exit 6; } ;;
     *)
         echo "$out" >&2; remove_tree "$path"; exit 6 ;;
     esac
 fi
-w() { git -c gc.auto=0 -c maintenance.auto=0 -c core.hooksPath=/dev/null -C "$path" "$@"; }
-if [ $# -gt 0 ]; then
-    # One input stream: git apply is all or nothing per input (per file given, it would leave the
-    # earlier files' changes in the worktree); awk ends every patch with a newline.
-    if ! (set -o pipefail; awk 1 "$@" | w apply --index --whitespace=nowarn 2>/dev/null); then
-        # Nothing was applied: patch by patch, to name the culprit.
-        i=0
-        for p in "$@"; do
-            w apply --index --whitespace=nowarn "$p" || { echo "FAILED $i"; remove_tree "$path"; rm -f "$path.lock"; exit 3; }
-            i=$((i + 1))
-        done
-    fi
-    tree=$(w write-tree) || { remove_tree "$path"; exit 4; }
-else
-    tree=$(g rev-parse --verify "$commit^{tree}") || { remove_tree "$path"; exit 4; }
-fi
-echo "TREE $tree"
-head=$(g commit-tree "$tree" -p "$commit" -m "$msg") && w update-ref --no-deref HEAD "$head" ||
-    { remove_tree "$path"; exit 5; }
-echo "HEAD $head"
 # The ready marker, last: written to a temporary name and renamed, so it is whole or absent.
 m=${marker//@TREE@/$tree}
 m=${m//@HEAD@/$head}
