@@ -10,7 +10,10 @@ an alternate: blobs of untracked files land in the temporary store, the user's `
 objects, refs, stash and config are never written. ``git diff --cached HEAD`` against that index
 then yields staged + unstaged + untracked changes (ignored files excluded, the stash not included).
 
-Local only (the user's checkout is on this machine); reads go through the git CLI with timeouts.
+Local only (the user's checkout is on this machine). Read-only inspection (which repository
+this is, its git folders, resolving ``HEAD`` and the refs of ``--range``) goes through GitPython
+with its pure-Python object database: files are read, no process is started and nothing is
+written. The snapshot and the diffs run the git CLI with timeouts, on the private index.
 """
 from __future__ import annotations
 
@@ -87,9 +90,6 @@ class _Git:
             raise UsageError(f"git {' '.join(args[:2])} failed in {self.repo}: {err[-1] if err else p.returncode}")
         return p.stdout
 
-    def text(self, *args: str) -> str:
-        return self(*args).decode(errors="replace").strip()
-
 
 def _names_for(files: Sequence[str], taken: set[str]) -> dict[str, str]:
     """Short unique names per file: the file stem, then parent folders added until unique."""
@@ -144,11 +144,16 @@ def capture(repo_path: str | os.PathLike, out_dir: str | os.PathLike, *, split: 
     if not repo.is_dir():
         raise UsageError(f"--repo {repo}: no such folder")
     g = _Git(repo)
-    probe = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, env=g.env,
-                           capture_output=True, timeout=60)
-    if probe.returncode != 0:
-        raise UsageError(f"--repo {repo} is not a git checkout")
-    top = Path(probe.stdout.decode().strip())
+    user_repo = _open_repo(repo)
+    try:
+        return _capture(repo, out, user_repo, g, split, range, force)
+    finally:
+        user_repo.close()          # ends GitPython's cat-file processes
+
+
+def _capture(repo: Path, out: Path, user_repo, g: _Git, split: Iterable[str], range: str | None,
+             force: bool) -> Path:
+    top = Path(user_repo.working_tree_dir).resolve()
     _, rules = parse_split(split)
     if (out / MANIFEST).exists() and not force:
         raise UsageError(f"--out {out} already holds a {MANIFEST}; choose an empty folder")
@@ -161,14 +166,14 @@ def capture(repo_path: str | os.PathLike, out_dir: str | os.PathLike, *, split: 
             if ".." not in range or "..." in range:
                 raise UsageError(f"--range {range!r}: expected A..B")
             a, b = range.split("..", 1)
-            base = _resolve(g, a or "HEAD", "--range")
-            tip = _resolve(g, b or "HEAD", "--range")
+            base = _resolve(g, user_repo, a or "HEAD", "--range")
+            tip = _resolve(g, user_repo, b or "HEAD", "--range")
             diff_args = [base, tip]
             gd = g
             origin = f"commit range {range} ({base[:12]}..{tip[:12]})"
         else:
-            base = _resolve(g, "HEAD", "--repo", hint="a checkout with at least one commit")
-            gd = _snapshot_worktree(g, top, Path(tmp))
+            base = _resolve(g, user_repo, "HEAD", "--repo", hint="a checkout with at least one commit")
+            gd = _snapshot_worktree(user_repo, top, Path(tmp))
             diff_args = ["--cached", base]
             origin = f"uncommitted changes on top of {base[:12]}"
         files = [f for f in gd("diff", "--name-only", "-z", "--no-renames", *diff_args).decode(
@@ -206,21 +211,59 @@ def capture(repo_path: str | os.PathLike, out_dir: str | os.PathLike, *, split: 
     return out
 
 
-def _resolve(g: _Git, ref: str, flag: str, hint: str = "a commit") -> str:
+def _open_repo(path: Path) -> "git.Repo":
+    """The user's checkout containing ``path``, opened for reading with GitPython (refs and
+    config are read as files; objects through ``git cat-file``). UsageError when it is not one.
+
+    GitPython never touches the index here, and its git processes get the repository's own
+    folders explicitly, so a ``GIT_DIR`` or ``GIT_INDEX_FILE`` in the caller's environment (a
+    hook, a test) can neither redirect nor write anything; no optional locks either."""
+    import git
+    try:
+        repo = git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UsageError(f"--repo {path} is not a git checkout") from None
+    if repo.bare or not repo.working_tree_dir:
+        repo.close()
+        raise UsageError(f"--repo {path} is not a git checkout")
+    common = os.path.abspath(repo.common_dir)
+    repo.git.update_environment(
+        GIT_DIR=os.path.abspath(repo.git_dir), GIT_WORK_TREE=os.path.abspath(repo.working_tree_dir),
+        GIT_COMMON_DIR=common, GIT_OBJECT_DIRECTORY=os.path.join(common, "objects"),
+        GIT_ALTERNATE_OBJECT_DIRECTORIES="", GIT_INDEX_FILE=os.path.join(os.path.abspath(repo.git_dir), "index"),
+        GIT_NAMESPACE="", GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    return repo
+
+
+# A ref GitPython resolves exactly as git does: a full sha, or a name (not hex-like: git prefers a
+# ref over an abbreviated sha, GitPython the other way) with ~N / ^N steps.
+_SIMPLE_REF = re.compile(r"^(?:[0-9a-f]{40}|(?![0-9a-fA-F]{4,39}(?:[~^]|$))[A-Za-z0-9._/-]+)(?:[~^][0-9]*)*$")
+
+
+def _resolve(g: _Git, repo: "git.Repo", ref: str, flag: str, hint: str = "a commit") -> str:
     if ref.startswith("-"):
         raise UsageError(f"{flag}: {ref!r} is not a ref")
-    raw = g("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).decode().strip()
+    raw = ""
+    if _SIMPLE_REF.match(ref) and ".." not in ref and not ref.endswith((".lock", "/")):
+        try:
+            obj = repo.rev_parse(ref)
+            while obj.type == "tag":
+                obj = obj.object
+            raw = obj.hexsha if obj.type == "commit" else ""
+        except Exception:  # noqa: BLE001 - anything GitPython cannot answer, git itself decides
+            raw = ""
+    if not raw:
+        # Everything else (reflog syntax, :/text, abbreviated shas, a name GitPython missed): git.
+        raw = g("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).decode().strip()
     if not raw:
         raise UsageError(f"{flag}: unknown ref {ref!r} in {g.repo} (expected {hint})")
     return raw
 
 
-def _snapshot_worktree(g: _Git, top: Path, tmp: Path) -> _Git:
+def _snapshot_worktree(repo: "git.Repo", top: Path, tmp: Path) -> _Git:
     """A git runner whose index is a private copy holding the working tree's state."""
-    gitdir = Path(g.text("rev-parse", "--absolute-git-dir"))
-    common = Path(g.text("rev-parse", "--git-common-dir"))
-    if not common.is_absolute():
-        common = (top / common).resolve()
+    gitdir = Path(repo.git_dir).resolve()
+    common = Path(repo.common_dir).resolve()
     objects = tmp / "objects"
     objects.mkdir()
     index = tmp / "index"

@@ -134,3 +134,32 @@ def test_snapshot_detects_what_git_commands_change(user):
     assert snapshot(user.path)["files"][".git/config"] != before["files"][".git/config"]
     git(user.path, "stash", "drop", "-q")
     assert snapshot(user.path)["stash"] == ""
+
+
+def test_inspection_ignores_a_hostile_git_environment_and_writes_nothing(user, tmp_path, monkeypatch):
+    """GitPython reads the checkout (top level, git folders, HEAD and --range refs): a GIT_DIR or
+    GIT_INDEX_FILE in the environment (a hook, a test) redirects nothing, and neither the checkout
+    nor the other repository changes by a byte, for a dirty-tree capture and a range capture, from
+    the top folder, a subfolder and a linked worktree."""
+    expected = {p.name: p.path.read_bytes() for p in load_patchset(capture(user.path, tmp_path / "ref")).patches}
+    other = linear_repo(tmp_path / "other", n_commits=2)
+    wt = tmp_path / "linked"
+    git(user.path, "worktree", "add", "-q", "--detach", str(wt), "HEAD~1")
+    (wt / "pkg" / "b.py").write_text("B = 'linked'\n")
+    before, before_other = snapshot(user.path), snapshot(other.path)
+    assert ".git/worktrees/linked/index" in before["files"]
+    monkeypatch.setenv("GIT_DIR", str(other.path / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other.path / ".git" / "index"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other.path))
+    got = {p.name: p.path.read_bytes() for p in load_patchset(capture(user.path / "pkg", tmp_path / "sub")).patches}
+    assert got == expected
+    rng = load_patchset(capture(user.path, tmp_path / "rng", range="HEAD~1..HEAD"))
+    assert rng.patches and all(p.path.read_bytes() for p in rng.patches)
+    linked = load_patchset(capture(wt, tmp_path / "lnk"))
+    assert [p.files for p in linked.patches] == [("pkg/b.py",)]
+    with pytest.raises(UsageError, match="unknown ref 'HEAD~99'"):
+        capture(user.path, tmp_path / "bad", range="HEAD~99..HEAD")
+    monkeypatch.delenv("GIT_DIR")
+    monkeypatch.delenv("GIT_INDEX_FILE")
+    monkeypatch.delenv("GIT_WORK_TREE")
+    assert snapshot(user.path) == before and snapshot(other.path) == before_other   # index of the linked one too

@@ -237,7 +237,8 @@ def test_conflicting_patch_names_patch_and_file_and_leaves_nothing(host, world):
         assert "clash" in str(e.value) and "pkg/a.py" in str(e.value) and "\n" not in str(e.value)
     assert worktrees(tm) == []
     assert not Path(tm.trees_dir).exists() or list(Path(tm.trees_dir).iterdir()) == []
-    assert list(Path(tm.root, "tmp").iterdir()) == []     # no temporary index left either
+    tmp = Path(tm.root, "tmp")                              # no temporary index left either
+    assert not tmp.exists() or list(tmp.iterdir()) == []
 
 
 def test_half_prepared_tree_is_discarded_not_reused(host, world):
@@ -621,3 +622,102 @@ def test_prepare_over_ssh(tmp_path, world, sshd):
         assert tm.tree_changes(t) == ["deleted pkg/b.py"]
         again = TreeManager(host, target, ps).prepare(["fix-b", "dep-on-a"])
         assert not again.reused and host.exists(f"{t.path}/pkg/b.py")
+
+
+# --------------------------------------------------------------------------- the package's shape
+TREES_PKG = Path(__file__).resolve().parent.parent / "bisect_lab" / "trees"
+
+
+def _sources() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(TREES_PKG.glob("*.py"))}
+
+
+def test_the_trees_package_never_imports_subprocess():
+    """Every command goes through a Host: no module of the package starts a process itself."""
+    import ast
+    bad = []
+    for name, src in _sources().items():
+        for node in ast.walk(ast.parse(src)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            bad += [f"{name}: {m}" for m in mods if m.split(".")[0] in ("subprocess", "multiprocessing", "pty")]
+            if isinstance(node, ast.Attribute) and node.attr in ("system", "popen", "spawnv", "execv") and \
+                    isinstance(node.value, ast.Name) and node.value.id == "os":
+                bad.append(f"{name}: os.{node.attr}")
+    assert len(_sources()) >= 8 and not bad, bad
+
+
+def test_one_tree_removal_and_one_folder_import_in_the_source():
+    """A tree is removed in one place (``remove_tree``'s shell function) and a plain folder is
+    imported in one place (``CloneCache._import_folder``)."""
+    srcs = "\n".join(_sources().values())
+    assert srcs.count("worktree remove") == 1 and srcs.count("remove_tree() {") == 1
+    assert srcs.count('"--work-tree"') == 1 and srcs.count("def _import_folder") == 1
+
+
+def _counting(host, monkeypatch) -> list[str]:
+    calls: list[str] = []
+    real_run = host.run
+    monkeypatch.setattr(host, "run", lambda *a, **k: calls.append(
+        a[0] if isinstance(a[0], str) else " ".join(a[0])) or real_run(*a, **k))
+    return calls
+
+
+def test_rebuild_prune_and_cache_prune_all_remove_through_remove_tree(host, world, monkeypatch):
+    repo, ps = world
+    tm = manager(host, repo, ps, max_trees=1)
+    t = tm.prepare(["fix-a"])
+    calls = _counting(host, monkeypatch)
+    Path(t.path, "pkg/a.py").write_text("edited\n")
+    assert not tm.prepare(["fix-a"]).reused                 # rebuild: one removal, then a new tree
+    tm.prepare(["fix-b"])                                   # over max_trees: the LRU tree goes
+    prune_cache(host, all=True)                             # and the last one
+    removals = [c for c in calls if "bisect-lab-remove" in c]
+    assert len(removals) == 3 and all("remove_tree() {" in c for c in calls if "worktree remove" in c)
+    assert worktrees(tm) == [] and list(Path(tm.trees_dir).glob("*.json")) == []
+
+
+def test_local_and_remote_folder_imports_share_one_path(tmp_path, monkeypatch):
+    folder = plain_folder(tmp_path / "plain")
+    imports = []
+    real = TreeManager._import_folder
+    monkeypatch.setattr(TreeManager, "_import_folder",
+                        lambda self, *a: imports.append(a[2].is_local) or real(self, *a))
+    monkeypatch.setenv("BISECT_LAB_CACHE", str(tmp_path / "local-cache"))
+    local = TreeManager(LocalHost(cache_dir=tmp_path / "c1"), Target(repo=str(folder))).prepare([])
+    remote = TreeManager(NonLocalHost(cache_dir=tmp_path / "c2"), Target(repo=str(folder))).prepare([])
+    assert imports == [True, True]         # the remote host's import runs on this machine, then ships
+    assert local.commit == remote.commit and local.tree_hash == remote.tree_hash
+
+
+def test_a_never_seen_arm_is_one_host_command(host, world, monkeypatch):
+    """The fresh-arm path: given a full sha, the apply script is the only command (no rev-parse,
+    no temporary index, no status, no du); with a build step and a byte bound, the build, one
+    ``git status`` (the baseline of what the build changed) and one ``du`` follow, each once."""
+    repo, ps = world
+    tm = manager(host, repo, ps)
+    base = tm.resolve("main~1")
+    calls = _counting(host, monkeypatch)
+    t = tm.prepare(["fix-a", "fix-b"], commit=base)
+    assert not t.reused and len(calls) == 1 and calls[0].startswith("bash -c") and "bisect-lab-apply" in calls[0]
+    assert t.tree_hash == git_tree_of(t.path) and tm.verify(t)
+    assert git(t.path, "rev-parse", "HEAD") == t.head and git(t.path, "rev-parse", "HEAD~1") == base
+    calls.clear()
+    target = Target(repo=str(repo.path), ref="main", build="touch build.out")
+    built = TreeManager(host, target, ps, max_bytes=10 ** 12).prepare(["fix-a"], commit=base)
+    assert built.built and not built.reused
+    kinds = [("apply" if "bisect-lab-apply" in c else "status" if " status " in c else
+              "du" if c.startswith("du ") else "build" if c == target.build else c) for c in calls]
+    assert kinds == ["apply", "build", "status", "du"], kinds
+    assert {e.key: e.size_bytes for e in cache_info(host).trees}[built.key] > 0     # measured after the build
+
+
+def test_a_sha_the_cache_lacks_is_fetched_once_then_prepared(host, tmp_path):
+    repo = linear_repo(tmp_path / "src", n_commits=2)
+    tm = TreeManager(host, Target(repo=str(repo.path), ref="main"))
+    tm.resolve()
+    new = repo.commit("later", {"later.txt": "x\n"})
+    t = TreeManager(host, Target(repo=str(repo.path), ref="main")).prepare([], commit=new)
+    assert t.commit == new and Path(t.path, "later.txt").exists()
+    with pytest.raises(UsageError, match="unknown ref"):
+        TreeManager(host, Target(repo=str(repo.path), ref="main")).prepare([], commit="0" * 40)
