@@ -98,17 +98,7 @@ class Session:
             self.campaign = store.create_campaign(kind, experiment=experiment_key(exp), experiment_name=exp.name,
                                                   params=params)
             return self.campaign, False
-        if resume is True:
-            c = store.latest_unfinished(kind, experiment_key(exp))
-            if c is None:
-                raise UsageError(f"nothing to resume: no unfinished {kind} campaign of {experiment_key(exp)} "
-                                 f"in {store.path}")
-        else:
-            c = store.campaign(resume)
-            if c.kind != kind:
-                raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
-        if c.experiment != experiment_key(exp):
-            raise UsageError(f"campaign {c.id} belongs to {c.experiment}, not {experiment_key(exp)}")
+        c = campaign_to_resume(store, kind, resume, experiment_key(exp))
         raised = _raised_on_resume(c, params, grow, upgrades)
         if raised:
             store.set_campaign_params(c.id, {**c.params, **{k: params[k] for k in raised}})
@@ -223,6 +213,28 @@ class Session:
         if self.campaign is None:
             raise RuntimeError("no campaign is open: call Session.open first")
         return self.campaign
+
+
+def campaign_to_resume(store: Store, kind: str, resume: str | bool, experiment: str | None):
+    """The stored campaign that ``resume`` names: an id (or a unique prefix), or ``True`` for the
+    latest unfinished campaign of ``kind``, of ``experiment`` (an :func:`experiment_key`) when given,
+    else of any experiment. A usage error when there is none, it is of another kind, or it belongs
+    to another experiment than the one given.
+
+    :meth:`Session.open` finds its campaign here; the command line also reads a campaign through
+    it before any session exists, to take the experiment and arms that ``--resume`` left out."""
+    if resume is True:
+        c = store.latest_unfinished(kind, experiment)
+        if c is None:
+            of = f" of {experiment}" if experiment is not None else ""
+            raise UsageError(f"nothing to resume: no unfinished {kind} campaign{of} in {store.path}")
+    else:
+        c = store.campaign(resume)
+        if c.kind != kind:
+            raise UsageError(f"campaign {c.id} is a {c.kind} campaign, not {kind}")
+    if experiment is not None and c.experiment != experiment:
+        raise UsageError(f"campaign {c.id} belongs to {c.experiment}, not {experiment}")
+    return c
 
 
 def _raised_on_resume(c, params: dict, grow: dict[str, int], upgrades: dict[str, tuple]) -> list[str]:

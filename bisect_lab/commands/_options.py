@@ -55,8 +55,20 @@ def add_arms(parser: argparse.ArgumentParser, flag: str, *, required: bool = Fal
 
 
 def add_resume(parser: argparse.ArgumentParser, help: str | None = None) -> None:
-    """``--resume [CAMPAIGN]``: the latest matching campaign when no id is given."""
+    """``--resume [CAMPAIGN]``: the latest matching campaign when no id is given; what the command
+    line leaves out (EXPERIMENT, arms, budget) is the campaign's own (see ``_session.resume_point``)."""
     parser.add_argument("--resume", nargs="?", const=True, metavar="CAMPAIGN", help=help)
+
+
+def require_unless_resume(args, command: str, *options: str) -> None:
+    """Options required unless ``--resume`` reads them back from the campaign (``attribute`` and
+    ``bisect`` ``--good`` / ``--bad``): without ``--resume``, a missing one is the usage line
+    argparse gives for a required option."""
+    if args.resume:
+        return
+    missing = [o for o in options if getattr(args, o.lstrip("-").replace("-", "_")) is None]
+    if missing:
+        raise UsageError(f"bisect-lab {command}: the following arguments are required: {', '.join(missing)}")
 
 
 def add_max_trials(parser: argparse.ArgumentParser) -> None:

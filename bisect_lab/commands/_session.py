@@ -1,10 +1,15 @@
 """A campaign session for one command: its store, hosts and progress display opened together,
-and closed together however the campaign ends (Ctrl-C and SIGTERM included)."""
+and closed together however the campaign ends (Ctrl-C and SIGTERM included); and what a
+``--resume`` reads back from the stored campaign before the session opens (its experiment, arms
+and parameters), so that ``--resume CAMPAIGN`` alone continues it."""
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 
-from ._context import Context
+from ..errors import UsageError
+from ._context import Context, experiment_or_demo
 from ._progress import Progress
 
 
@@ -38,3 +43,75 @@ def with_session(ctx: Context, exp, body):
         progress.stop()
         session.close()
         session.store.close()
+
+
+# ---------------------------------------------------------------------- --resume read back
+def resume_point(ctx: Context, kind: str, experiment: str | None, resume: str | bool | None, *,
+                 read_back: bool):
+    """``(experiment, resume, stored campaign or None)`` for a ``kind`` command.
+
+    Without ``--resume``: the EXPERIMENT, else the bundled demo, as for every fresh run. With it,
+    the stored campaign is read first when ``read_back`` (the command line left some of the
+    campaign's parameters out) or when no EXPERIMENT was given; then its experiment file is the
+    experiment, and a bare ``--resume`` (the latest unfinished campaign of ``kind``, of any
+    experiment) is pinned to the campaign found, which stderr names. An EXPERIMENT given is
+    checked against the campaign's own by :meth:`Session.open` as ever.
+    """
+    from ..config import load_experiment
+    if not resume:
+        return experiment_or_demo(experiment), resume, None
+    if isinstance(resume, str) and experiment is None and resume.endswith(".toml"):
+        experiment, resume = resume, True        # `--resume exp.toml`: the option took the EXPERIMENT
+    exp = load_experiment(Path(experiment)) if experiment else None
+    if exp is not None and not read_back:
+        return exp, resume, None
+    c = _stored_campaign(ctx, kind, resume, exp)
+    if exp is None:
+        exp = _experiment_of(c)
+        if resume is True:
+            print(f"resuming {c.id} ({c.status}), the latest unfinished {kind} campaign in "
+                  f"{ctx.results_dir(exp)}: {c.experiment}", file=sys.stderr)
+        resume = c.id
+    return exp, resume, c
+
+
+def stored_param(c, key: str, option: str):
+    """Parameter ``key`` of campaign ``c`` for the option ``option`` that the command line left
+    out. An arm whose secret the results hold only as a keyed hash (docs/contracts.md, Secrets)
+    cannot be read back: that is a usage error asking for the arm again."""
+    from ..redact import is_tag
+    if key not in c.params:
+        raise UsageError(f"campaign {c.id} has no stored {key}: give {option}")
+    value = c.params[key]
+    for spec in value if isinstance(value, list) else [value]:
+        try:
+            words = shlex.split(spec)
+        except (TypeError, ValueError):
+            continue
+        if any(is_tag(w.partition("=")[2]) for w in words):
+            raise UsageError(f"campaign {c.id} holds its arm {spec!r} with a secret stored only as a keyed "
+                             f"hash: give that arm again with {option} and the real value")
+    return value
+
+
+def _stored_campaign(ctx: Context, kind: str, resume: str | bool, exp):
+    from ..campaigns.session import campaign_to_resume, experiment_key
+    from ..store import DB_NAME, Store
+    where = ctx.results_dir(exp) / DB_NAME
+    if not where.is_file():
+        raise UsageError(f"nothing to resume: no results database at {where}")
+    store = Store(where.parent, create=False)
+    try:
+        return campaign_to_resume(store, kind, resume, experiment_key(exp) if exp is not None else None)
+    finally:
+        store.close()
+
+
+def _experiment_of(c):
+    """The experiment a campaign was run with, from the file it names."""
+    from ..config import load_experiment
+    path = Path(c.experiment) if c.experiment else None
+    if path is None or not path.is_file():
+        raise UsageError(f"cannot resume {c.id}: its experiment file {c.experiment} no longer exists "
+                         f"(put it back at that path)")
+    return load_experiment(path)

@@ -3,34 +3,46 @@ from __future__ import annotations
 
 from ..errors import EXIT_INCONCLUSIVE, EXIT_OK
 from . import _options
-from ._context import Context, experiment_or_demo
-from ._session import with_session
+from ._context import Context
+from ._session import resume_point, stored_param, with_session
 
 
 def setup_arguments(subparsers):
     b = subparsers.add_parser("bisect", help="first commit that regressed, with the arm's patches on every commit")
     _options.add_experiment(b)
-    b.add_argument("--good", required=True, metavar="REF")
-    b.add_argument("--bad", required=True, metavar="REF")
+    # required unless --resume reads them back from the campaign (run_from_args says so)
+    b.add_argument("--good", metavar="REF")
+    b.add_argument("--bad", metavar="REF")
     _options.add_arms(b, "--patches", help="patches applied on every commit (default none)")
     _options.add_max_trials(b)
-    _options.add_resume(b)
+    _options.add_resume(b, help="continue a campaign (its experiment, --good, --bad, --patches and budget "
+                               "unless given)")
     b.set_defaults(func=run_from_args)
     return b
 
 
 def run_from_args(args) -> int:
-    arm = _options.one_arm(args.patches, args, "--patches") if args.patches else "none"
+    _options.require_unless_resume(args, "bisect", "--good", "--bad")
+    arm = _options.one_arm(args.patches, args, "--patches") if args.patches else None
     return run(Context.from_args(args), args.experiment, args.good, args.bad, arm=arm, resume=args.resume,
                max_trials=args.max_trials)
 
 
-def run(ctx: Context, experiment: str | None, good: str, bad: str, *, arm: str = "none",
+def run(ctx: Context, experiment: str | None, good: str | None, bad: str | None, *, arm: str | None = None,
         resume: str | bool | None = None, max_trials: int | None = None) -> int:
-    """Bisect the commits between refs ``good`` and ``bad``; exit 3 when inconclusive."""
+    """Bisect the commits between refs ``good`` and ``bad``; exit 3 when inconclusive.
+
+    ``arm`` None is ``none`` (no patches). With ``resume``, what is None (``experiment``, ``good``,
+    ``bad``, ``arm``, the budget) is the campaign's own.
+    """
     from ..campaigns import bisect_commits
     from ..render import bisect_result
-    exp = experiment_or_demo(experiment)
+    exp, resume, stored = resume_point(ctx, "bisect", experiment, resume, read_back=None in (good, bad, arm))
+    if stored is not None:
+        good = good if good is not None else stored_param(stored, "good", "--good")
+        bad = bad if bad is not None else stored_param(stored, "bad", "--bad")
+        arm = arm if arm is not None else stored_param(stored, "arm", "--patches")
+    arm = arm or "none"
     res = with_session(ctx, exp, lambda s: bisect_commits(s, good, bad, arm=arm, resume=resume,
                                                           max_trials=max_trials))
     ctx.emit(res, bisect_result)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from ..errors import EXIT_OK
 from . import _options
-from ._context import Context, experiment_or_demo
-from ._session import with_session
+from ._context import Context
+from ._session import resume_point, stored_param, with_session
 
 
 def setup_arguments(subparsers):
@@ -13,7 +13,7 @@ def setup_arguments(subparsers):
     _options.add_arms(r, "--patches", append=True,
                       help="arm spec, e.g. all-minus topk NCCL_PROTO=LL (repeat the option for more arms)")
     _options.add_repeat(r)
-    _options.add_resume(r, help="continue an interrupted campaign")
+    _options.add_resume(r, help="continue an interrupted campaign (its experiment and arms unless given)")
     r.set_defaults(func=run_from_args)
     return r
 
@@ -28,11 +28,14 @@ def run(ctx: Context, experiment: str | None, arms: list[str], *, repeat: int | 
     """Measure ``arms`` of ``experiment`` (the bundled demo when None) and print the result.
 
     No arm measures ``all`` against ``none``; one arm other than ``all`` is compared
-    against the full patch set.
+    against the full patch set. With ``resume``, no ``experiment`` or no arms are the
+    campaign's own.
     """
     from ..campaigns import run_arms
     from ..render import run_result
-    exp = experiment_or_demo(experiment)
+    exp, resume, stored = resume_point(ctx, "run", experiment, resume, read_back=not arms)
+    if not arms and stored is not None:
+        arms = list(stored_param(stored, "arms", "--patches"))
     if not arms:
         arms = ["all", "none"]
     elif len(arms) == 1:
