@@ -206,3 +206,34 @@ def test_an_arm_with_a_secret_is_asked_for_again(tmp_path):
     given = elsewhere(tmp_path, "run", "--resume", cid, "--patches", "all", "--patches", arm, "--json")
     assert given.returncode == 0, given.stderr[-2000:]
     assert json.loads(given.stdout)["campaign"] == cid
+
+
+def test_the_interrupt_line_is_a_command_that_works(tmp_path):
+    """SIGTERM mid-campaign: `continue with --resume CAMPAIGN` is all it takes, from anywhere."""
+    import signal
+    import time
+    toy = make_toy(tmp_path)
+    cmd = [sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache", str(tmp_path / "cache"),
+           "run", str(toy), "--patches", "none", "--repeat", "10"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    db_path = tmp_path / "res" / "bisect-lab.sqlite"
+    deadline, n = time.time() + 90, 0
+    while time.time() < deadline and n < 2:
+        time.sleep(0.1)
+        try:
+            n = sqlite3.connect(db_path).execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+        except sqlite3.OperationalError:
+            pass
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    cid = err.split("continue with --resume ")[1].split()[0]
+    before = campaign_rows(tmp_path, cid)
+    assert 2 <= len(before) < 20
+    p = elsewhere(tmp_path, "run", "--resume", cid, "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout)
+    assert res["campaign"] == cid and {a["arm"]: a["n"] for a in res["arms"]} == {"all": 10, "none": 10}, res
+    after = campaign_rows(tmp_path, cid)
+    assert after[:len(before)] == before and len(after) == 20
