@@ -188,6 +188,10 @@ def test_resume_without_results_or_of_another_kind_is_one_line(tmp_path):
     cid = json.loads(p.stdout)["campaign"]
     line = one_line_error(elsewhere(tmp_path, "bisect", "--resume", cid), 2)
     assert line == f"bisect-lab: error: campaign {cid} is a run campaign, not bisect"
+    # `--resume EXP.toml`: the word is the EXPERIMENT (whose one campaign is finished), not an id
+    line = one_line_error(elsewhere(tmp_path, "run", "--resume", toy), 2)
+    assert line == (f"bisect-lab: error: nothing to resume: no unfinished run campaign of {toy.resolve()} in "
+                    f"{tmp_path / 'res' / 'bisect-lab.sqlite'}")
 
 
 def test_an_arm_with_a_secret_is_asked_for_again(tmp_path):
