@@ -52,10 +52,10 @@ def resume_point(ctx: Context, kind: str, experiment: str | None, resume: str | 
 
     Without ``--resume``: the EXPERIMENT, else the bundled demo, as for every fresh run. With it,
     the stored campaign is read first when ``read_back`` (the command line left some of the
-    campaign's parameters out) or when no EXPERIMENT was given; then its experiment file is the
-    experiment, and a bare ``--resume`` (the latest unfinished campaign of ``kind``, of any
-    experiment) is pinned to the campaign found, which stderr names. An EXPERIMENT given is
-    checked against the campaign's own by :meth:`Session.open` as ever.
+    campaign's parameters out) or when no EXPERIMENT was given. Without an EXPERIMENT the
+    campaign's experiment file is the experiment, and a bare ``--resume`` (the latest unfinished
+    campaign of ``kind``, of any experiment) names the campaign found on stderr. Whenever a campaign is read, ``resume``
+    becomes its id. An EXPERIMENT given must be the campaign's own, as :meth:`Session.open` checks.
     """
     from ..config import load_experiment
     if not resume:
@@ -71,8 +71,8 @@ def resume_point(ctx: Context, kind: str, experiment: str | None, resume: str | 
         if resume is True:
             print(f"resuming {c.id} ({c.status}), the latest unfinished {kind} campaign in "
                   f"{ctx.results_dir(exp)}: {c.experiment}", file=sys.stderr)
-        resume = c.id
-    return exp, resume, c
+    # the session opens the campaign read here, not whichever is latest by then
+    return exp, c.id, c
 
 
 def stored_param(c, key: str, option: str):
