@@ -14,7 +14,7 @@ from ._progress import Progress
 
 
 def open_session(ctx: Context, exp, *, quiet: bool):
-    """A :class:`~bisect_lab.campaign.Session` reporting each trial to a new :class:`Progress`."""
+    """A :class:`~bisect_lab.campaigns.Session` reporting each trial to a new :class:`Progress`."""
     from ..campaigns import Session
     from ..store import Store
     progress = Progress(quiet=quiet, metric=exp.benchmark.metric)
@@ -26,8 +26,7 @@ def open_session(ctx: Context, exp, *, quiet: bool):
 
 
 def _resume_hint(session) -> str:
-    cid = getattr(session, "campaign", None)
-    return f"; continue with --resume {cid}" if cid else ""
+    return f"; continue with --resume {session.campaign}" if session.campaign else ""
 
 
 def with_session(ctx: Context, exp, body):
@@ -54,8 +53,8 @@ def resume_point(ctx: Context, kind: str, experiment: str | None, resume: str | 
     the stored campaign is read first when ``read_back`` (the command line left some of the
     campaign's parameters out) or when no EXPERIMENT was given. Without an EXPERIMENT the
     campaign's experiment file is the experiment, and a bare ``--resume`` (the latest unfinished
-    campaign of ``kind``, of any experiment) names the campaign found on stderr. Whenever a campaign is read, ``resume``
-    becomes its id. An EXPERIMENT given must be the campaign's own, as :meth:`Session.open` checks.
+    campaign of ``kind``, of any experiment) names the campaign found on stderr. Whenever a
+    campaign is read, ``resume`` becomes its id. An EXPERIMENT given must be the campaign's own, as :meth:`Session.open` checks.
     """
     from ..config import load_experiment
     if not resume:
