@@ -103,7 +103,11 @@ def test_run_compares_secondary_metrics_in_one_holm_family(tmp_path):
     (ttft,) = sec["comparisons"]
     assert ttft["ratio"] == pytest.approx(1.3, rel=0.05)              # the planted latency change
     assert ttft["verdict"] == "different" and ttft["regression"] is True
-    assert tput["ratio"] == pytest.approx(1.0, abs=0.04) and tput["regression"] is False
+    # Throughput is the same configuration on both sides (A/A): at alpha 5% its comparison reads
+    # "different" in about 1 run in 40 by chance (CI, 2026-12-02: ratio 0.987, a 1.3% "regression"
+    # at CV 1%, n=4); what must hold is that no real slowdown is claimed.
+    assert tput["ratio"] == pytest.approx(1.0, abs=0.04)
+    assert not (tput["regression"] and tput["ci_high"] < 1 - 0.04), tput
     expected = multipletests([tput["p_value"], ttft["p_value"]], method="holm")[1]
     assert [tput["p_adjusted"], ttft["p_adjusted"]] == pytest.approx(list(expected))
 
