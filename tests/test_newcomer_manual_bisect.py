@@ -1,0 +1,95 @@
+"""`bisect-lab bisect --run-script CMD`: pass/fail verdicts as `git bisect run`, end to end on a real
+git repository with a known first bad commit, through the real CLI in a subprocess."""
+import json
+import sqlite3
+import textwrap
+
+import pytest
+
+from gitrepos import GitRepo, snapshot
+from test_cli_run import cli, one_line_error
+
+from bisect_lab.strategies.bisection_passfail import BAD, GOOD, PassFailBisection
+
+# the script git bisect run would be given: 0 good, 1 bad, 125 skip
+SCRIPT = "test -f skip.txt && exit 125; grep -qx fine state.txt"
+
+
+def repo_with_bug(root, n=16, culprit=11, skip=()):
+    """``n`` commits after a base; commit ``culprit`` (1-based) breaks state.txt; commits in
+    ``skip`` cannot be tested (the script exits 125 there)."""
+    repo = GitRepo.init(root / "target")
+    repo.commit("base", {"state.txt": "fine\n", "log.txt": "0\n"})
+    good = repo.head()
+    shas = {}
+    for i in range(1, n + 1):
+        files = {"log.txt": f"{i}\n", "skip.txt": "x\n" if i in skip else None}
+        if i == culprit:
+            files["state.txt"] = "broken\n"
+        shas[i] = repo.commit(f"commit {i}", files)
+    exp = root / "exp.toml"
+    exp.write_text(textwrap.dedent("""
+        [target]
+        repo = "target"
+        ref = "main"
+        [benchmark]
+        command = "python3 never-run.py"
+        timeout_s = 20
+        parser = "regex"
+        metric = "x"
+        [benchmark.patterns]
+        x = 'x ([0-9.]+)'
+        [gpu]
+        enabled = false
+    """))
+    return repo, good, shas, exp
+
+
+def test_run_script_finds_the_first_bad_commit_and_stores_each_verdict(tmp_path):
+    repo, good, shas, exp = repo_with_bug(tmp_path, culprit=11, skip={8})
+    before = snapshot(repo.path)
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--run-script", SCRIPT, "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["status"] == "culprit" and res["commit"] == shas[11], res
+    assert res["commit_info"]["subject"] == "commit 11"
+    # exact verdicts: the two endpoints and a binary search, far fewer than the 16 candidates
+    assert res["trials"] <= 2 + 5, res["trials"]
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        kind, params = db.execute("SELECT kind, params FROM campaigns WHERE id=?", (res["campaign"],)).fetchone()
+    assert kind == "bisect" and json.loads(params)["script"] == SCRIPT
+    assert snapshot(repo.path) == before, "the user's repository was modified"
+    # the human output names the commit, and the report reads the stored campaign
+    h = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--run-script", SCRIPT)
+    assert h.returncode == 0 and f"first bad commit: {shas[11]}" in h.stdout, h.stdout + h.stderr
+    assert "commit 11" in h.stderr   # each verdict is said as it comes: commit and subject
+    r = cli(tmp_path, "report", res["campaign"], "--out", tmp_path / "rep.md")
+    assert r.returncode == 0, r.stderr
+
+
+def test_run_script_skips_and_a_script_that_passes_at_bad(tmp_path):
+    # the culprit sits among skipped commits: the answer is the range, exit 3, as git says
+    repo, good, shas, exp = repo_with_bug(tmp_path, n=8, culprit=5, skip={4, 5})
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--run-script", SCRIPT, "--json")
+    assert p.returncode == 3, p.stderr
+    res = json.loads(p.stdout)
+    assert res["status"] == "inconclusive" and res["range"] == [shas[4], shas[5], shas[6]], res
+    assert set(res["untestable"]) == {shas[4], shas[5]}
+    ok = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--run-script", "true", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["status"] == "no-regression"
+    assert "is empty" in one_line_error(cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main",
+                                            "--run-script", " "), 2)
+
+
+@pytest.mark.parametrize("n, bad, skipped", [(2, 1, set()), (9, 4, set()), (33, 32, {5, 30}), (33, 32, {31}), (40, 7, {6, 8})])
+def test_pass_fail_search_is_exact(n, bad, skipped):
+    s = PassFailBisection(n)
+    while not s.done:
+        for pos in s.ask():
+            s.tell(pos, None if pos in skipped else (BAD if pos >= bad else GOOD))
+    v = s.verdict()
+    if bad - 1 in skipped:     # the first bad commit could be the skipped one before it: git says so too
+        assert v.status == "inconclusive" and v.range == (bad - 1, bad), v
+        return
+    assert v.status == "culprit" and v.index == bad and v.trials <= 2 + len(skipped) + n.bit_length(), v
