@@ -1,6 +1,7 @@
 """`bisect-lab bisect --run-script CMD`: pass/fail verdicts as `git bisect run`, end to end on a real
 git repository with a known first bad commit, through the real CLI in a subprocess."""
 import json
+import os
 import sqlite3
 import textwrap
 
@@ -93,3 +94,32 @@ def test_pass_fail_search_is_exact(n, bad, skipped):
         assert v.status == "inconclusive" and v.range == (bad - 1, bad), v
         return
     assert v.status == "culprit" and v.index == bad and v.trials <= 2 + len(skipped) + n.bit_length(), v
+
+
+def test_manual_verdicts_in_git_bisect_style(tmp_path):
+    repo, good, shas, exp = repo_with_bug(tmp_path, n=8, culprit=5, skip={3})
+    before = snapshot(repo.path)
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--manual", "--json")
+    assert p.returncode == 0, p.stderr
+    step = json.loads(p.stdout)
+    cid = step["campaign"]
+    for _ in range(8):                      # the user: tries the named tree, says what it is
+        assert step["status"] == "waiting", step
+        tree = step["tree"]
+        with open(f"{tree}/state.txt") as f:
+            fine = f.read() == "fine\n"
+        import os
+        word = "skip" if os.path.exists(f"{tree}/skip.txt") else "good" if fine else "bad"
+        # the latest unfinished bisection by default; the campaign named every other time
+        v = cli(tmp_path, "verdict", word, *([cid] if step["judged"] % 2 else []), "--json")
+        assert v.returncode in (0, 3), v.stderr
+        step = json.loads(v.stdout)
+        if step.get("status") != "waiting":
+            break
+    assert step["status"] == "culprit" and step["commit"] == shas[5], step
+    assert snapshot(repo.path) == before, "the user's repository was modified"
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        hosts = {h for (h,) in db.execute("SELECT host FROM trials WHERE campaign=?", (cid,))}
+        status = db.execute("SELECT status FROM campaigns WHERE id=?", (cid,)).fetchone()[0]
+    assert hosts == {"manual"} and status == "done"
+    assert "already finished" in one_line_error(cli(tmp_path, "verdict", "good", cid), 2)

@@ -93,36 +93,43 @@ def bisect_passfail(session: Session, good_ref: str, bad_ref: str, *, script: st
         drive(search, ex, lambda pos: TrialSpec(the_arm, shas[pos], "run-script"), value_of=_verdict_of,
               on_result=note)
         session.conclude(ex)
-        v = search.verdict()
-        vd = v.to_dict()
-        res = BisectResult.from_dict(vd)
-        res.status = v.status
-        res.commit = shas[v.index] if v.status == "culprit" and v.index is not None else None
-        info = trees.commit_info(res.commit) if res.commit else None
-        res.commit_info = ({"sha": info.sha, "subject": info.subject, "author": info.author, "date": info.date,
-                            "parents": list(getattr(info, "parents", ()) or ())} if info else None)
-        res.posterior = 1.0 if res.commit else None
-        res.effect = None
-        res.trials = len(session.store.trials(cid))
-        res.campaign = cid
-        res.good, res.bad, res.arm = good, bad, the_arm.spec
-        res.candidates = len(shas) - 1
-        rng = vd.get("range")
-        res.range = [shas[i] for i in range(rng[0], rng[1] + 1)] if rng else None
-        res.levels = [{"good": good, "bad": bad, "candidates": len(shas) - 1, "status": v.status, "commits": shas,
-                       "commit": res.commit, "verdict": vd, "path": [[shas[p], val] for p, val in v.path]}]
-        res.commits = shas
-        res.untestable = untestable
-        res.metric = METRIC
-        res.max_trials = budget
-        words = {"bad-passes": f"the script passes at --bad {bad[:12]}: nothing to bisect",
-                 "good-fails": f"the script fails at --good {good[:12]} already: pick an older --good",
-                 "endpoint-untestable": "an endpoint could not be tested (the script skipped or crashed there)",
-                 "untestable": "only skipped commits are left between the last good and the first bad one: "
-                               "the first bad commit is one of the candidate range"}
-        words["budget"] = f"the budget of {budget} trials ran out: run again with a larger --max-trials"
-        if v.reason in words:
-            res.warnings = (res.warnings or []) + [words[v.reason]]
-        return res
+        return passfail_result(session, cid, shas, the_arm, search.verdict(), untestable, budget)
 
     return session.finish(body)
+
+
+def passfail_result(session: Session, cid: str, shas: list[str], the_arm, v, untestable: dict[str, str],
+                    budget: int) -> BisectResult:
+    """The :class:`BisectResult` of a pass/fail search ``v`` over ``shas`` (script or manual verdicts)."""
+    trees = session.workers[0].trees
+    good, bad = shas[0], shas[-1]
+    vd = v.to_dict()
+    res = BisectResult.from_dict(vd)
+    res.status = v.status
+    res.commit = shas[v.index] if v.status == "culprit" and v.index is not None else None
+    info = trees.commit_info(res.commit) if res.commit else None
+    res.commit_info = ({"sha": info.sha, "subject": info.subject, "author": info.author, "date": info.date,
+                        "parents": list(getattr(info, "parents", ()) or ())} if info else None)
+    res.posterior = 1.0 if res.commit else None
+    res.effect = None
+    res.trials = len(session.store.trials(cid))
+    res.campaign = cid
+    res.good, res.bad, res.arm = good, bad, the_arm.spec
+    res.candidates = len(shas) - 1
+    rng = vd.get("range")
+    res.range = [shas[i] for i in range(rng[0], rng[1] + 1)] if rng else None
+    res.levels = [{"good": good, "bad": bad, "candidates": len(shas) - 1, "status": v.status, "commits": shas,
+                   "commit": res.commit, "verdict": vd, "path": [[shas[p], val] for p, val in v.path]}]
+    res.commits = shas
+    res.untestable = untestable
+    res.metric = METRIC
+    res.max_trials = budget
+    words = {"bad-passes": f"the script passes at --bad {bad[:12]}: nothing to bisect",
+             "good-fails": f"the script fails at --good {good[:12]} already: pick an older --good",
+             "endpoint-untestable": "an endpoint could not be tested (the script skipped or crashed there)",
+             "untestable": "only skipped commits are left between the last good and the first bad one: "
+                           "the first bad commit is one of the candidate range"}
+    words["budget"] = f"the budget of {budget} trials ran out: run again with a larger --max-trials"
+    if v.reason in words:
+        res.warnings = (res.warnings or []) + [words[v.reason]]
+    return res

@@ -19,6 +19,8 @@ def setup_arguments(subparsers):
                                "unless given)")
     b.add_argument("--run-script", metavar="CMD", help="a pass/fail command run in each commit's tree instead of "
                    "the benchmark, as `git bisect run`: exit 0 good, 125 skip, 1-127 bad")
+    b.add_argument("--manual", action="store_true", help="judge each commit yourself, as `git bisect`: names the "
+                   "commit to try, then `bisect-lab verdict good|bad|skip`")
     b.set_defaults(func=run_from_args)
     return b
 
@@ -26,7 +28,7 @@ def setup_arguments(subparsers):
 def run_from_args(args) -> int:
     _options.require_unless_resume(args, "bisect", "--good", "--bad")
     arm = _options.one_arm(args.patches, args, "--patches") if args.patches else None
-    if args.run_script is not None:
+    if args.run_script is not None or args.manual:
         from .bisect_script import run_script
         return run_script(Context.from_args(args), args, arm)
     return run(Context.from_args(args), args.experiment, args.good, args.bad, arm=arm, resume=args.resume,

@@ -1,4 +1,5 @@
-"""``bisect-lab bisect --run-script CMD``: a bisection on a pass/fail script's exit status, as ``git bisect run``."""
+"""``bisect-lab bisect --run-script CMD`` (a pass/fail script's exit status, as ``git bisect run``) and
+``bisect --manual`` (the user's own verdicts, given with ``bisect-lab verdict``)."""
 from __future__ import annotations
 
 from ..errors import EXIT_INCONCLUSIVE, EXIT_OK, UsageError
@@ -7,9 +8,14 @@ from ._session import with_session
 
 
 def run_script(ctx: Context, args, arm: str | None) -> int:
-    """``bisect`` with ``--run-script``: parsed argv to :func:`run`."""
+    """``bisect`` with ``--run-script`` or ``--manual``: parsed argv to :func:`run` or :func:`manual`."""
+    if args.manual and args.run_script is not None:
+        raise UsageError("--manual and --run-script exclude each other: the verdicts are yours or the script's")
     if args.resume:
-        raise UsageError("--run-script does not resume: run it again (each verdict is quick and exact)")
+        raise UsageError("--run-script and --manual do not resume (a manual bisection goes on with "
+                         "`bisect-lab verdict good|bad|skip`)")
+    if args.manual:
+        return manual(ctx, args.experiment, args.good, args.bad, arm=arm)
     return run(ctx, args.experiment, args.good, args.bad, script=args.run_script, arm=arm,
                max_trials=args.max_trials)
 
@@ -26,3 +32,28 @@ def run(ctx: Context, experiment: str | None, good: str, bad: str, *, script: st
                                                            max_trials=max_trials))
     ctx.emit(res, bisect_result)
     return EXIT_OK if res.status in ("culprit", "no-regression") else EXIT_INCONCLUSIVE
+
+
+def manual(ctx: Context, experiment: str | None, good: str, bad: str, *, arm: str | None = None) -> int:
+    """Start a manual bisection: print the first commit to judge and where its tree is."""
+    from ..campaigns.manual_bisect import manual_start
+    from ._context import experiment_or_demo
+    exp = experiment_or_demo(experiment)
+    return show_step(ctx, with_session(ctx, exp, lambda s: manual_start(s, good, bad, arm=arm or "none")))
+
+
+def show_step(ctx: Context, step) -> int:
+    """A manual bisection's next commit to judge, or its answer (exit as ``bisect``)."""
+    from ..campaigns.manual_bisect import NextCommit
+    from ..render import bisect_result
+    if isinstance(step, NextCommit):
+        if ctx.json:
+            from ._context import to_json
+            print(to_json(step.to_dict()))
+        else:
+            print(f"judge {step.commit[:12]} {step.subject} ({step.left} commit(s) still open, "
+                  f"{step.judged} judged)\n  its tree: {step.tree}\n"
+                  f"  then: bisect-lab verdict good|bad|skip {step.campaign}")
+        return EXIT_OK
+    ctx.emit(step, bisect_result)
+    return EXIT_OK if step.status in ("culprit", "no-regression") else EXIT_INCONCLUSIVE

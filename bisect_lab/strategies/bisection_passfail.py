@@ -22,7 +22,7 @@ BAD = 2.0
 class PassFailBisection:
     """Binary search over ``n`` positions (``n >= 2``) from exact good / bad / skip verdicts."""
 
-    def __init__(self, n: int, *, max_trials: int | None = None):
+    def __init__(self, n: int, *, max_trials: int | None = None, check_ends: bool = True):
         if n < 2:
             raise ValueError("a bisection needs at least the two endpoints")
         self.n = n
@@ -31,7 +31,8 @@ class PassFailBisection:
         self.hi = n - 1                  # first position known bad
         self.skipped: set[int] = set()
         self.path: list[tuple[int, float | None]] = []
-        self._endpoint: dict[int, float | None] = {}
+        # ``check_ends=False`` takes the ends as the user declared them (git bisect's manual mode)
+        self._endpoint: dict[int, float | None] = {} if check_ends else {0: GOOD, n - 1: BAD}
         self._pending: list[int] = []
         self._stop: str | None = None    # the reason it stopped before converging
 
