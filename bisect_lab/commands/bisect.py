@@ -29,8 +29,10 @@ def run_from_args(args) -> int:
     _options.require_unless_resume(args, "bisect", "--good", "--bad")
     arm = _options.one_arm(args.patches, args, "--patches") if args.patches else None
     if args.run_script is not None or args.manual:
-        from .bisect_script import run_script
-        return run_script(Context.from_args(args), args, arm)
+        from .bisect_script import dispatch
+        return dispatch(Context.from_args(args), args.experiment, args.good, args.bad, arm=arm,
+                        script=args.run_script, manual=args.manual, resume=args.resume,
+                        max_trials=args.max_trials)
     return run(Context.from_args(args), args.experiment, args.good, args.bad, arm=arm, resume=args.resume,
                max_trials=args.max_trials)
 

@@ -7,17 +7,17 @@ from ._context import Context
 from ._session import with_session
 
 
-def run_script(ctx: Context, args, arm: str | None) -> int:
-    """``bisect`` with ``--run-script`` or ``--manual``: parsed argv to :func:`run` or :func:`manual`."""
-    if args.manual and args.run_script is not None:
+def dispatch(ctx: Context, experiment: str | None, good: str, bad: str, *, arm: str | None, script: str | None,
+             manual: bool, resume=None, max_trials: int | None = None) -> int:
+    """``bisect`` with ``--run-script`` or ``--manual``: to :func:`run` or :func:`manual_bisection`."""
+    if manual and script is not None:
         raise UsageError("--manual and --run-script exclude each other: the verdicts are yours or the script's")
-    if args.resume:
+    if resume:
         raise UsageError("--run-script and --manual do not resume (a manual bisection goes on with "
                          "`bisect-lab verdict good|bad|skip`)")
-    if args.manual:
-        return manual(ctx, args.experiment, args.good, args.bad, arm=arm)
-    return run(ctx, args.experiment, args.good, args.bad, script=args.run_script, arm=arm,
-               max_trials=args.max_trials)
+    if manual:
+        return manual_bisection(ctx, experiment, good, bad, arm=arm)
+    return run(ctx, experiment, good, bad, script=script, arm=arm, max_trials=max_trials)
 
 
 def run(ctx: Context, experiment: str | None, good: str, bad: str, *, script: str, arm: str | None = None,
@@ -34,7 +34,7 @@ def run(ctx: Context, experiment: str | None, good: str, bad: str, *, script: st
     return EXIT_OK if res.status in ("culprit", "no-regression") else EXIT_INCONCLUSIVE
 
 
-def manual(ctx: Context, experiment: str | None, good: str, bad: str, *, arm: str | None = None) -> int:
+def manual_bisection(ctx: Context, experiment: str | None, good: str, bad: str, *, arm: str | None = None) -> int:
     """Start a manual bisection: print the first commit to judge and where its tree is."""
     from ..campaigns.manual_bisect import manual_start
     from ._context import experiment_or_demo
