@@ -53,7 +53,8 @@ def run(ctx: Context, experiment: str | None, *, arm: str = "all", probe: int = 
         out["patches"] = _patches(exp, hosts[0], problems)
         out["would_run"] = {"arms": [parse_arm(a, exp.patchset).spec for a in arms], "hosts": [h.name for h in hosts],
                             "trials": len(arms) * exp.design.repeat * len(hosts), "repeat": exp.design.repeat,
-                            "warmup": b.warmup, "metric": b.metric, "higher_is_better": b.higher_is_better}
+                            "warmup": b.warmup, "metric": b.metric, "higher_is_better": b.higher_is_better,
+                            "command": b.command}      # {tree} filled in once the probe has prepared one
         out["machine"] = [_busy(h, exp, out["warnings"]) for h in hosts]
         if probe and not left and out["patches"].get("ok", True):
             out["probe"] = _probe(exp, hosts[0], probe_arm, probe, out)
