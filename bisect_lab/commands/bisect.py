@@ -17,6 +17,10 @@ def setup_arguments(subparsers):
     _options.add_max_trials(b)
     _options.add_resume(b, help="continue a campaign (its experiment, --good, --bad, --patches and budget "
                                "unless given)")
+    b.add_argument("--run-script", metavar="CMD", help="a pass/fail command run in each commit's tree instead of "
+                   "the benchmark, as `git bisect run`: exit 0 good, 125 skip, 1-127 bad")
+    b.add_argument("--manual", action="store_true", help="judge each commit yourself, as `git bisect`: names the "
+                   "commit to try, then `bisect-lab verdict good|bad|skip`")
     b.set_defaults(func=run_from_args)
     return b
 
@@ -24,6 +28,11 @@ def setup_arguments(subparsers):
 def run_from_args(args) -> int:
     _options.require_unless_resume(args, "bisect", "--good", "--bad")
     arm = _options.one_arm(args.patches, args, "--patches") if args.patches else None
+    if args.run_script is not None or args.manual:
+        from .bisect_script import dispatch
+        return dispatch(Context.from_args(args), args.experiment, args.good, args.bad, arm=arm,
+                        script=args.run_script, manual=args.manual, resume=args.resume,
+                        max_trials=args.max_trials)
     return run(Context.from_args(args), args.experiment, args.good, args.bad, arm=arm, resume=args.resume,
                max_trials=args.max_trials)
 
