@@ -33,13 +33,9 @@ Metric names per builtin parser:
 - ``sglang-server-log``: ``gen_throughput`` and ``accept_length`` (medians over
   decode log lines), ``cuda_graph`` (fraction of decode lines with
   ``cuda graph: True``: 1.0 / 0.0 normally), ``decode_log_lines``.
-- ``vllm-bench-serve`` (``vllm bench serve``, its printed block and its
-  ``--save-result --result-dir {out}`` JSON, which wins): the keys of vLLM's result
-  JSON: ``output_throughput``, ``total_token_throughput``, ``request_throughput``,
-  ``completed``, ``failed``, ``duration``, ``max_output_tokens_per_s``,
-  ``max_concurrent_requests``, ``{mean,median,std,p50,p90,p99,...}_{ttft,tpot,itl,e2el}_ms``,
-  ``spec_decode_acceptance_length`` / ``_rate``, ..., plus ``accept_length`` and
-  ``total_throughput`` (SGLang's names for the same numbers).
+- ``vllm-bench-serve`` (its block and ``--save-result`` JSON, which wins): vLLM's
+  JSON keys (``total_token_throughput``, ``{mean,median,p99,...}_{ttft,tpot,itl,e2el}_ms``,
+  ``spec_decode_acceptance_length``...), plus ``accept_length`` and ``total_throughput``.
 - ``regex``: the keys of ``patterns``. ``json``: dotted paths of numeric leaves.
 
 Public API: :func:`parse`, :func:`validate`, :data:`PARSERS`,
@@ -286,75 +282,44 @@ def _serving_blocks(text: str, label_key: Callable[[str], str | None] | None = N
     return blocks
 
 
-def _parse_bench_serving(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
-    blocks = _serving_blocks(stdout) or _serving_blocks(stderr)
+def _parse_bench_serving(stdout: str, stderr: str, out: _OutFiles, *, label_key=None, json_keys=_SERVING_JSON_KEYS,
+                         name: str = "sglang-bench-serving", **_) -> dict[str, float]:
+    blocks = _serving_blocks(stdout, label_key) or _serving_blocks(stderr, label_key)
     metrics = dict(blocks[-1]) if blocks else {}
-    record = _last_result_json(stdout, out, _SERVING_JSON_KEYS)
+    record = _last_result_json(stdout, out, json_keys)
     if record is not None:
         # The JSON has full precision (the table rounds to 2 decimals) and
         # the same key names, so it overrides the text values.
         metrics.update(_numeric_items(record))
     if metrics.get("completed") == 0:
-        raise ParseError("sglang-bench-serving: the benchmark reported 0 successful requests",
-                         found=metrics)
+        raise ParseError(f"{name}: the benchmark reported 0 successful requests", found=metrics)
     return metrics
 
 
 # --------------------------------------------------------------------------- vllm bench serve
-# vLLM's `vllm bench serve` prints the same framed block as SGLang, with its own labels,
-# and `--save-result` writes one JSON object (one line) into `--result-dir` under a
-# dated file name. Metric names are the keys of that JSON; the rows name them the same.
-_VLLM_LABELS = {
-    "successful requests": "completed",
-    "failed requests": "failed",
-    "maximum request concurrency": "max_concurrency",
-    "request rate configured (rps)": "request_rate",
-    "benchmark duration (s)": "duration",
-    "total input tokens": "total_input_tokens",
-    "total generated tokens": "total_output_tokens",
-    "request throughput (req/s)": "request_throughput",
-    "request goodput (req/s)": "request_goodput",
-    "output token throughput (tok/s)": "output_throughput",
-    "peak output token throughput (tok/s)": "max_output_tokens_per_s",
-    "peak concurrent requests": "max_concurrent_requests",
-    "total token throughput (tok/s)": "total_token_throughput",
-    "rtfx (inverse real-time factor)": "rtfx",
-    "acceptance rate (%)": "spec_decode_acceptance_rate",
-    "acceptance length": "spec_decode_acceptance_length",
-    "drafts": "spec_decode_num_drafts",
-    "draft tokens": "spec_decode_draft_tokens",
-    "accepted tokens": "spec_decode_accepted_tokens",
-}
+# SGLang's frame with vLLM's labels; metrics take the keys of vLLM's `--save-result` JSON.
+_VLLM_LABELS = {**_SERVING_LABELS, "total token throughput (tok/s)": "total_token_throughput",
+                "rtfx (inverse real-time factor)": "rtfx", "acceptance rate (%)": "spec_decode_acceptance_rate",
+                "acceptance length": "spec_decode_acceptance_length", "drafts": "spec_decode_num_drafts",
+                "draft tokens": "spec_decode_draft_tokens", "accepted tokens": "spec_decode_accepted_tokens"}
 _VLLM_STAT = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?) (ttft|tpot|itl|e2el) \(ms\)$")
-_VLLM_POSITION = re.compile(r"^position \d+$")
-_VLLM_JSON_KEYS = ("output_throughput", "total_token_throughput", "request_throughput")
-# the names SGLang's parser uses for the same numbers, so one metric name reads both stacks
+# SGLang's names for the same numbers, so one metric name reads both stacks
 _VLLM_ALIASES = {"accept_length": "spec_decode_acceptance_length", "total_throughput": "total_token_throughput"}
 
 
 def _vllm_label_key(label: str) -> str | None:
     n = _norm_label(label)
-    if n in _VLLM_LABELS:
-        return _VLLM_LABELS[n]
     m = _VLLM_STAT.match(n)
-    if m:
-        return f"{m.group(1)}_{m.group(2)}_ms"
-    if _VLLM_POSITION.match(n):
-        return None            # per-position acceptance rates: a list in the JSON, not a metric
-    return _slug(label)
+    if n in _VLLM_LABELS or m:
+        return _VLLM_LABELS[n] if n in _VLLM_LABELS else f"{m.group(1)}_{m.group(2)}_ms"
+    # per-position acceptance rates are a list in the JSON, not metrics
+    return None if re.match(r"^position \d+$", n) else _slug(label)
 
 
 def _parse_vllm_bench_serve(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
-    blocks = _serving_blocks(stdout, _vllm_label_key) or _serving_blocks(stderr, _vllm_label_key)
-    metrics = dict(blocks[-1]) if blocks else {}
-    record = _last_result_json(stdout, out, _VLLM_JSON_KEYS)
-    if record is not None:
-        metrics.update(_numeric_items(record))      # full precision, same names
-    for alias, key in _VLLM_ALIASES.items():
-        if key in metrics and alias not in metrics:
-            metrics[alias] = metrics[key]
-    if metrics.get("completed") == 0:
-        raise ParseError("vllm-bench-serve: the benchmark reported 0 successful requests", found=metrics)
+    metrics = _parse_bench_serving(stdout, stderr, out, label_key=_vllm_label_key, name="vllm-bench-serve",
+                                   json_keys=("output_throughput", "total_token_throughput", "request_throughput"))
+    metrics.update({a: metrics[k] for a, k in _VLLM_ALIASES.items() if k in metrics and a not in metrics})
     return metrics
 
 

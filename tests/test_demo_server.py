@@ -227,6 +227,17 @@ def test_sigterm_during_launch_and_refused_speculation(tree, launch, tmp_path):
         bad.kill()
     assert "SpeculativeDecodingNotSupported" in bad.text() and "Traceback" not in bad.text()
 
+    # bad input: one line and exit 2 (the server), one line and exit 1 (nothing to measure)
+    r = subprocess.run([sys.executable, "-m", "sglang_mini.launch_server", "--port", str(free_port())],
+                       cwd=tree, env=dict(_env(tree), SGLANG_MINI_LAUNCH_S="soon"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == "error: SGLANG_MINI_LAUNCH_S='soon' is not a number"
+    r = subprocess.run([sys.executable, "-m", "sglang_mini.bench_serving", "--backend", "sglang",
+                        "--port", str(free_port())], cwd=tmp_path, env=_env(tree),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("error: cannot reach the server at http://127.0.0.1:")
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
 
 def test_two_launches_of_one_tree_differ_by_more_than_readings_within_one(launch, tmp_path):
     # forced level offsets (0 and -1.2: that launch runs every request e^1.2 = 3.3x as long),
@@ -254,7 +265,10 @@ def _launch_plan(**kw):
     finally:
         sys.path.pop(0)
     argv = [f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]
-    return LaunchPlan(build_parser().parse_args(argv), "cpu")
+    plan = LaunchPlan(build_parser().parse_args(argv), "cpu")
+    for name in [m for m in sys.modules if m == "sglang_mini" or m.startswith("sglang_mini.")]:
+        del sys.modules[name]           # the trees' own sglang_mini must not meet this one
+    return plan
 
 
 def test_launch_offsets_are_drawn_per_launch(monkeypatch):

@@ -65,7 +65,7 @@ def _setting(value, env: str, default, kind=float):
         try:
             return kind(raw)
         except ValueError:
-            raise SystemExit(f"error: {env}={raw!r} is not a number") from None
+            raise ValueError(f"{env}={raw!r} is not a number") from None
     return default
 
 
@@ -321,6 +321,7 @@ def main(argv=None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
+        LaunchPlan(args, "cpu")            # bad SGLANG_MINI_LAUNCH_* values: say so before launching
         server = DemoServer(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
