@@ -77,7 +77,8 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
     min_effect = primary_of.min_effect if primary_of is not None else None
     c = Table(title=("Comparisons" if primary_of else f"{escape(metric)}: comparisons")
               + " (each arm against the one it is compared with"
-              + (f"; the baseline is {escape(str(primary_of.get('baseline')))}" if primary_of is not None
+              + (f"; the baseline is {escape(_arm_label(str(primary_of.get('baseline')), typed))}"
+                 if primary_of is not None
                  and primary_of.get("baseline") else "")
               + ")" + ("; p-values Holm-adjusted over the run's comparisons" if family else ""))
     for col in ("arm", "against", "host", "change", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
@@ -103,7 +104,8 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
     console.print(c)
     for r in found:
         hosts = {x["host"] for x in comparisons}
-        console.print(escape(comparison_sentence(r, hib, min_effect) + (f" on {r['host']}" if len(hosts) > 1 else "")))
+        named = dict(r, a=typed.get(r["a"]) or r["a"], b=typed.get(r["b"]) or r["b"])     # as the user typed them
+        console.print(escape(comparison_sentence(named, hib, min_effect) + (f" on {r['host']}" if len(hosts) > 1 else "")))
 
 
 def _warnings(res: Result, console: Console, plain=None) -> None:
@@ -252,7 +254,8 @@ def bisect_result(res: dict | BisectResult, console: Console) -> None:
         if c:
             console.print(f"  {escape(str(c.get('subject', '')))}\n  {escape(str(c.get('author', '')))}  {c.get('date', '')}")
         if res.posterior is not None:
-            console.print(f"  how sure: {res.posterior:.0%} that it is this commit")
+            sure = ">99%" if 0.995 <= res.posterior < 1 else f"{res.posterior:.0%}"
+            console.print(f"  how sure: {sure} that it is this commit")
     for lv in (res.levels or [])[:-1]:
         console.print(escape(f"  (on the first-parent line {lv['good'][:12]}..{lv['bad'][:12]} the first {new} commit "
                              f"was merge {str(lv['commit'])[:12]}; its side branch was bisected next)"))
