@@ -67,10 +67,18 @@ def run(ctx: Context, experiment: str | None, arms: list[str], *, repeat: int | 
     typed = {}
     for a in arms:
         spec = parse_arm(a, exp.patchset).spec
-        if " ".join(a.split()) != spec:
+        if _words(a) != _words(spec):         # not a mere difference of quoting
             typed.setdefault(spec, " ".join(a.split()))
     res = with_session(ctx, exp, lambda s: run_arms(s, arms, repeat=repeat, resume=resume, baseline=arms[0]))
     if typed:
         res.more["typed"] = typed
     ctx.emit(res, run_result)
     return EXIT_OK
+
+
+def _words(spec: str) -> list[str]:
+    import shlex
+    try:
+        return shlex.split(spec)
+    except ValueError:
+        return spec.split()
