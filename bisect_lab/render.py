@@ -37,7 +37,7 @@ def run_result(res: dict | RunResult, console: Console) -> None:
         (m["metric"], m["higher_is_better"], m["arms"], m["comparisons"]) for m in res.secondary or []]
     family = sum(1 for *_, cmp in blocks for r in cmp if r.get("p_adjusted") is not None) > 1
     for k, block in enumerate(blocks):
-        _metric_tables(*block, family, console, primary_of=res if k == 0 else None)
+        _metric_tables(*block, family, console, primary_of=res if k == 0 else None, run_min_effect=res.min_effect)
     _warnings(res, console)
     _go_on(res, console)
 
@@ -54,8 +54,26 @@ def _cv_text(a: dict) -> str:
         else f"{cv * 100:.1f}%"
 
 
+def _settle_seen(r: dict, arms: list[dict], min_effect: float | None) -> tuple[int, float] | None:
+    """``(trials per arm, percent)`` that would settle the difference this comparison saw, at the
+    two arms' noise (the run's ``plan_per_arm`` is for ``min_effect``, which says little beside a
+    20% difference); a difference below ``min_effect`` is planned at ``min_effect``."""
+    from .stats import plan_trials
+    ratio = r.get("ratio")
+    cvs = [a.get("cv") for a in arms if a.get("arm") in (r.get("a"), r.get("b"))]
+    if not r.get("plan_per_arm") or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0 \
+            or len(cvs) != 2 or not all(isinstance(c, (int, float)) and math.isfinite(c) for c in cvs):
+        return None
+    effect = max(abs(ratio - 1), min_effect or 0.02)
+    try:
+        n = plan_trials(math.sqrt((cvs[0] ** 2 + cvs[1] ** 2) / 2), min_effect=effect)
+    except ValueError:
+        return None
+    return n, effect * 100
+
+
 def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[dict], family: bool,
-                   console: Console, primary_of: RunResult | None) -> None:
+                   console: Console, primary_of: RunResult | None, run_min_effect: float | None = None) -> None:
     """One metric's arms table and comparisons table; ``primary_of``: the run, for the primary metric."""
     direction = f"{metric} ({'higher' if hib else 'lower'} is better)"
     typed = (primary_of.get("typed") if primary_of is not None else None) or {}
@@ -74,7 +92,7 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
     console.print(t)
     if not comparisons:
         return
-    min_effect = primary_of.min_effect if primary_of is not None else None
+    min_effect = primary_of.min_effect if primary_of is not None else run_min_effect
     c = Table(title=("Comparisons" if primary_of else f"{escape(metric)}: comparisons")
               + " (each arm against the one it is compared with"
               + (f"; the baseline is {escape(_arm_label(str(primary_of.get('baseline')), typed))}"
@@ -96,8 +114,9 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
             verdict = "no difference" + (f" (within ±{min_effect * 100:g}%)" if min_effect else "")
         else:
             verdict = "not settled"
-            if r.get("plan_per_arm"):
-                verdict += f" (about {r['plan_per_arm']} trials per arm would settle it)"
+            settle = _settle_seen(r, arms, min_effect)
+            if settle:
+                verdict += f" (about {settle[0]} trials per arm would settle a {settle[1]:.0f}% difference)"
         p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
         c.add_row(escape(_arm_label(r["b"], typed)), escape(_arm_label(r["a"], typed)), escape(r["host"]),
                   change, ci, *p_adj, verdict)
