@@ -104,3 +104,12 @@ def test_an_unsettled_run_quotes_the_trials_for_the_difference_it_saw():
     assert f"not settled (about {n} trials per arm would settle a 20% difference)" in out, out
     assert "1161" not in out and n < 20
     assert "20.4% slower" in out and "41.2% slower .. 7.7% faster" in out and "the baseline is none" in out
+
+
+def test_the_reports_confirmation_rows_say_what_an_arm_measured_like():
+    """The report's detail keeps the position and its interval, led by what they mean."""
+    from bisect_lab.report.attribution import _reads_as
+    assert _reads_as({"position": 1.01, "position_low": -0.26, "position_high": 2.28}) == "unclear (1.01; -0.26 .. 2.28)"
+    assert _reads_as({"position": 0.97, "position_low": 0.9, "position_high": 1.05}).startswith("like bad (0.97")
+    assert _reads_as({"position": 0.02, "position_low": -0.05, "position_high": 0.1}).startswith("like good")
+    assert _reads_as({"position": 0.5, "position_low": 0.4, "position_high": 0.6}).startswith("in between")
