@@ -169,6 +169,26 @@ def test_bisect_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
     assert after[:len(before)] == before and res["trials"] == len(after) > len(before)
 
 
+def test_bisect_of_an_earlier_version_without_its_direction_resumes_and_records_it(tmp_path):
+    """A bisection stored before campaigns recorded their metric and direction resumes (it is not
+    'different parameters'); the resume records them, so its report states the direction."""
+    import sqlite3
+    repo, good, shas, exp = repo_with_history(tmp_path)
+    args = ("bisect", exp, "--good", good, "--bad", "main")
+    first = cli(tmp_path, *args, "--max-trials", "6", timeout=300)
+    cid = go_on_campaign(first.stdout, "--max-trials")
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        params = json.loads(db.execute("SELECT params FROM campaigns WHERE id=?", (cid,)).fetchone()[0])
+        old = {k: v for k, v in params.items() if k not in ("metric", "higher_is_better")}
+        db.execute("UPDATE campaigns SET params=? WHERE id=?", (json.dumps(old), cid))
+    more = cli(tmp_path, "bisect", "--resume", cid, "--max-trials", "80", "--json", timeout=300)
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert json.loads(more.stdout)["commit"] == shas[7]
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        params = json.loads(db.execute("SELECT params FROM campaigns WHERE id=?", (cid,)).fetchone()[0])
+    assert params["metric"] == "output_throughput" and params["higher_is_better"] is True
+
+
 def test_bisect_two_steps_is_several_with_each_commit_and_exit_0(tmp_path):
     """Two slowdowns in the range (commit 3: -25%, commit 9: -20% more) are not one culprit: the
     answer is 'several', each step with its commit and its own effect, a found regression (exit 0);

@@ -52,7 +52,8 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
     params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed, "max_trials": max_trials,
               "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates,
               "metric": exp.benchmark.metric, "higher_is_better": exp.benchmark.higher_is_better, **(terms or {})}
-    cid, _ = session.open("bisect", params, resume, grow={"max_trials": d.max_trials})
+    cid, _ = session.open("bisect", params, resume, grow={"max_trials": d.max_trials},
+                          recorded=("metric", "higher_is_better"))
     budget = params["max_trials"]
 
     def body() -> BisectResult:

@@ -79,7 +79,8 @@ class Session:
 
     # ------------------------------------------------------------------ open / resume
     def open(self, kind: str, params: dict, resume: str | bool | None = None, *,
-             grow: dict[str, int] | None = None, upgrades: dict[str, tuple] | None = None) -> tuple[str, bool]:
+             grow: dict[str, int] | None = None, upgrades: dict[str, tuple] | None = None,
+             recorded: tuple[str, ...] = ()) -> tuple[str, bool]:
         """Create a campaign, or find the one to resume (same experiment, same parameters).
 
         ``grow`` maps parameters (a budget) that a resume may raise but not lower to their defaults:
@@ -87,7 +88,9 @@ class Session:
         one (filled in ``params``). Raising one also reopens a finished campaign: its stored trials are
         replayed and the strategy goes on where the old budget stopped it. ``upgrades`` maps a
         parameter to the one change of it a resume may make, ``(stored, new, stored's name)`` (the
-        default attribution to the thorough one), with the same effect."""
+        default attribution to the thorough one), with the same effect. ``recorded``: parameters a
+        campaign of an earlier version did not store yet (a bisection's metric and direction); a
+        resume of such a campaign records them instead of refusing it as different."""
         store, exp = self.store, self.experiment
         grow = grow or {}
         upgrades = upgrades or {}
@@ -99,6 +102,10 @@ class Session:
                                                   params=params)
             return self.campaign, False
         c = campaign_to_resume(store, kind, resume, experiment_key(exp))
+        missing = {k: params[k] for k in recorded if k not in c.params and k in params}
+        if missing:
+            store.set_campaign_params(c.id, {**c.params, **missing})
+            c = campaign_to_resume(store, kind, c.id, experiment_key(exp))
         raised = _raised_on_resume(c, params, grow, upgrades)
         if raised:
             store.set_campaign_params(c.id, {**c.params, **{k: params[k] for k in raised}})
