@@ -12,6 +12,7 @@ named in a warning, and the next try goes to a new job.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InconclusiveError
@@ -66,6 +67,11 @@ class SlurmJobWorker:
     @property
     def base_commit(self) -> str:
         return self.local.base_commit
+
+    @property
+    def trees(self):
+        """The driver's tree manager: commit lists and ref lookups are the driver's to make."""
+        return self.local.trees
 
     def prepare(self, spec: TrialSpec):
         return self.local.prepare(spec)
@@ -157,7 +163,7 @@ class SlurmJobWorker:
                 data = T.read_json(result)
                 if data is not None:
                     result.unlink(missing_ok=True)
-                    return T.decode_outcome(data)
+                    return self._outcome(T.decode_outcome(data), job_id, name)
             if taken_at is None and running.exists():
                 taken_at = time.monotonic()
             if self.host.node is None:
@@ -203,6 +209,22 @@ class SlurmJobWorker:
                     return self._lost(spec, campaign, index, started,
                                       f"slurm {dead} on node {node} before writing the trial's result")
             time.sleep(POLL_S)
+
+    def _outcome(self, out: TrialOutcome, job_id: str, name: str) -> TrialOutcome:
+        """A result the job wrote; one cut short by the job's own end (scancel, time limit) names
+        the job and its node, and the next try goes to a new job."""
+        ending = T.read_json(self._dir / T.ENDING)
+        if out.result.ok or ending is None:
+            return out
+        node = self.host.name
+        self._job = None
+        self.host.node = None
+        self.pool.job_is(job_id, "done", f"on {node} ended by Slurm ({ending.get('signal')})")
+        self.pool.node_failed(node, f"job {job_id} was ended by Slurm ({ending.get('signal')}) during trial "
+                                    f"{int(name.split('.')[0])}")
+        r = out.result
+        error = f"slurm job {job_id} on node {node} was ended by Slurm during the trial: {r.error}"
+        return TrialOutcome(replace(r, error=error), out.extra, out.fingerprint_data)
 
     def _lost(self, spec, campaign, index, started, error) -> TrialOutcome:
         host = self.host.name

@@ -9,6 +9,7 @@ when its time limit would cut the next trial short (the task stays in the inbox 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -55,6 +56,14 @@ def serve(job_dir: str, experiment, *, cache_dir: str | None, python_exe: str | 
             f.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
 
     worker = HostWorker(host, experiment, log=log)
+    ending = threading.Event()
+
+    def on_term(signum, frame):
+        # scancel, preemption or the time limit: Slurm sends SIGTERM, then SIGKILL after KillWait.
+        # Take no new task (the driver gives it to another job) and say why the job ends.
+        ending.set()
+        T.write_json(d / T.ENDING, {"signal": signal.Signals(signum).name, "at": time.time()})
+    signal.signal(signal.SIGTERM, on_term)
     # A trial started later than this could be cut by the job's time limit.
     last_start = started + time_limit_s - experiment.benchmark.timeout_s - 30
     done, why = 0, "stopped by the driver"
@@ -62,6 +71,9 @@ def serve(job_dir: str, experiment, *, cache_dir: str | None, python_exe: str | 
     try:
         while True:
             if (d / T.STOP).exists():
+                break
+            if ending.is_set():
+                why = "ended by Slurm (SIGTERM)"
                 break
             todo = sorted((d / T.INBOX).glob("*.json"))
             if not todo:

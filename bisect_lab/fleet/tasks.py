@@ -9,6 +9,7 @@ A job folder (one per submitted job, on a filesystem the nodes share) holds::
     node.json             written by the job when it starts: node name, job id, pid
     heartbeat             touched by the job every few seconds while it lives
     stop                  written by the driver: the job ends after its current trial
+    ending.json           written by the job when Slurm signals its end (scancel, time limit)
 
 Every file is written to a temporary name and renamed, so a reader never sees half of one.
 """
@@ -22,7 +23,7 @@ from ..model import Arm
 from ..runner import TrialOutcome, TrialSpec
 
 INBOX, RUNNING, OUTBOX = "inbox", "running", "outbox"
-NODE_FILE, HEARTBEAT, STOP = "node.json", "heartbeat", "stop"
+NODE_FILE, HEARTBEAT, STOP, ENDING = "node.json", "heartbeat", "stop", "ending.json"
 
 
 def make_job_dir(path: Path) -> Path:
