@@ -12,6 +12,7 @@ named in a warning, and the next try goes to a new job.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,6 +63,8 @@ class SlurmJobWorker:
         self._submitted = 0.0
         self._busy = False
         self._generation = 0
+        self._token = uuid.uuid4().hex[:8]
+        self._closed = False
 
     # -- the worker interface
     @property
@@ -85,7 +88,7 @@ class SlurmJobWorker:
         try:
             for _ in range(MAX_UNSTARTED_RESUBMITS + 1):
                 self._ensure_job(campaign)
-                task = self._dir / T.INBOX / T.task_name(index)
+                task = self._dir / T.INBOX / T.task_name(index, self._token)
                 T.write_json(task, T.encode_task(spec, campaign, index))
                 out = self._wait(task, started)
                 if out is not None:
@@ -105,6 +108,7 @@ class SlurmJobWorker:
     def close(self) -> None:
         """Tell the job to stop; cancel it if it does not (or if a trial was cut short)."""
         job, self._job = self._job, None
+        self._closed = True
         self.local.close()
         if job is None:
             return
@@ -133,13 +137,15 @@ class SlurmJobWorker:
         if known and job_state(known["job_id"]) in (QUEUED, RUNNING):
             # --resume: the job an earlier run of this campaign left running takes our tasks.
             self._dir = Path(known["dir"])
-            self._generation = int(known.get("generation", 0)) + 1
+            self._generation = int(known.get("generation", 0))
             self._job = self.pool.attach(self._dir, known["job_id"])
-            self._submitted = time.time()
+            self._submitted = float(known.get("submitted", time.time()))
+            for stale in (self._dir / T.INBOX).glob("*.json"):
+                stale.unlink(missing_ok=True)      # sent by the earlier run: its trials are sent again
             self.pool.job_is(str(self._job.job_id), QUEUED, "reattached (left by an earlier run)")
             return
         if known:
-            self._generation = int(known.get("generation", 0)) + 1
+            self._generation = int(known.get("generation", 0))
         self._dir = T.make_job_dir(self.pool.folder / campaign / f"slot{self.slot}-{self._generation}")
         self._generation += 1
         self.host.node = None
@@ -147,7 +153,7 @@ class SlurmJobWorker:
         self._submitted = time.time()
         slot_file.parent.mkdir(parents=True, exist_ok=True)
         T.write_json(slot_file, {"job_id": str(self._job.job_id), "dir": str(self._dir),
-                                 "generation": self._generation})
+                                 "generation": self._generation, "submitted": self._submitted})
 
     def _wait(self, task: Path, started: float) -> TrialOutcome | None:
         """The trial's outcome, or None when the job ended before taking the task."""
@@ -159,6 +165,9 @@ class SlurmJobWorker:
         taken_at = None
         limit = self.pool.cluster.pending_limit_min
         while True:
+            if self._closed:
+                # The session ended under this trial (Ctrl-C): nothing more to store from it.
+                raise KeyboardInterrupt
             if result.exists():
                 data = T.read_json(result)
                 if data is not None:
@@ -204,7 +213,7 @@ class SlurmJobWorker:
                         task.unlink(missing_ok=True)
                         return None                 # never taken: the task goes to a new job
                     self.pool.node_failed(node, f"{dead} before writing the result of trial "
-                                                f"{int(name.split('.')[0])}")
+                                                f"{T.index_of(name)}")
                     spec, campaign, index = T.decode_task(T.read_json(running) or T.read_json(task))
                     return self._lost(spec, campaign, index, started,
                                       f"slurm {dead} on node {node} before writing the trial's result")
@@ -221,7 +230,7 @@ class SlurmJobWorker:
         self.host.node = None
         self.pool.job_is(job_id, "done", f"on {node} ended by Slurm ({ending.get('signal')})")
         self.pool.node_failed(node, f"job {job_id} was ended by Slurm ({ending.get('signal')}) during trial "
-                                    f"{int(name.split('.')[0])}")
+                                    f"{T.index_of(name)}")
         r = out.result
         error = f"slurm job {job_id} on node {node} was ended by Slurm during the trial: {r.error}"
         return TrialOutcome(replace(r, error=error), out.extra, out.fingerprint_data)

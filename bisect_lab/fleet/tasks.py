@@ -2,10 +2,10 @@
 
 A job folder (one per submitted job, on a filesystem the nodes share) holds::
 
-    inbox/NNNNNN.json     a trial task the driver wrote: campaign, trial index, arm, commit, tag
-    running/NNNNNN.json   the same task once the job took it (so a job that dies mid-trial is told
+    inbox/NNNNNN-D.json   a trial task the driver D wrote: campaign, trial index, arm, commit, tag
+    running/NNNNNN-D.json the same task once the job took it (so a job that dies mid-trial is told
                           from one that never started it)
-    outbox/NNNNNN.json    the trial's result: TrialResult, extra and fingerprint, as the store keeps them
+    outbox/NNNNNN-D.json  the trial's result: TrialResult, extra and fingerprint, as the store keeps them
     node.json             written by the job when it starts: node name, job id, pid
     heartbeat             touched by the job every few seconds while it lives
     stop                  written by the driver: the job ends after its current trial
@@ -51,8 +51,14 @@ def read_json(path: Path):
         return None
 
 
-def task_name(index: int) -> str:
-    return f"{index:06d}.json"
+def task_name(index: int, driver: str) -> str:
+    """A task's file name: its trial index and the driver run that sent it, so that a result a
+    job writes late for an earlier (killed) driver is never read as this one's."""
+    return f"{index:06d}-{driver}.json"
+
+
+def index_of(name: str) -> int:
+    return int(name.split("-")[0].split(".")[0])
 
 
 def encode_task(spec: TrialSpec, campaign: str, index: int) -> dict:
