@@ -132,3 +132,19 @@ def test_without_sbatch_is_one_line_naming_it(tmp_path):
             os.symlink(shutil.which(tool), bare / tool)
     line = one_line_error(cli(tmp_path, "run", exp, env={"PATH": str(bare)}), 2)
     assert "sbatch is not on PATH" in line, line
+
+
+@pytest.mark.slurm
+def test_jobs_pending_past_the_limit_stop_as_inconclusive(tmp_path, slurm):
+    # Every node held by another job: ours can only wait in the queue.
+    holders = [subprocess.run(["sbatch", "--parsable", "-w", n, "--exclusive", "-o", "/dev/null", "--wrap",
+                               "sleep 120"], capture_output=True, text=True, check=True).stdout.strip()
+               for n in slurm]
+    try:
+        exp = slurm_toy(tmp_path, max_jobs=1, more="pending_limit_min = 0.1")
+        line = one_line_error(cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1"), 3)
+        assert "pending for more than 0.1 min (pending_limit_min)" in line and "--resume" in line, line
+    finally:
+        subprocess.run(["scancel", *holders])
+    left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert "bisect-lab-" not in left                   # our pending job was cancelled

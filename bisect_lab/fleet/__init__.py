@@ -21,6 +21,9 @@ def slurm_workers(experiment, store, hosts, *, log) -> list[SlurmJobWorker]:
     if experiment.host.ssh:
         raise UsageError('[cluster] engine = "slurm" runs the trials on Slurm nodes: drop [host] ssh '
                          '(or use engine = "ssh")')
+    if experiment.gpu.enabled and experiment.gpu.lock_clocks_mhz:
+        raise UsageError('[gpu] lock_clocks_mhz is not supported with [cluster] engine = "slurm" yet '
+                         "(clocks are locked from the driver's machine; lock them in [cluster] setup)")
     preflight(experiment.cluster, log=log)
     local = hosts[0]
     pool = SlurmPool(experiment, store.dir, cache_dir=getattr(local, "_cache", None), log=log)
