@@ -33,6 +33,9 @@ Metric names per builtin parser:
 - ``sglang-server-log``: ``gen_throughput`` and ``accept_length`` (medians over
   decode log lines), ``cuda_graph`` (fraction of decode lines with
   ``cuda graph: True``: 1.0 / 0.0 normally), ``decode_log_lines``.
+- ``vllm-bench-serve`` (its block and ``--save-result`` JSON, which wins): vLLM's
+  JSON keys (``total_token_throughput``, ``{mean,median,p99,...}_{ttft,tpot,itl,e2el}_ms``,
+  ``spec_decode_acceptance_length``...), plus ``accept_length`` and ``total_throughput``.
 - ``regex``: the keys of ``patterns``. ``json``: dotted paths of numeric leaves.
 
 Public API: :func:`parse`, :func:`validate`, :data:`PARSERS`,
@@ -245,8 +248,9 @@ def _serving_label_key(label: str) -> str | None:
     return _slug(label)
 
 
-def _serving_blocks(text: str) -> list[dict[str, float]]:
-    """Every framed result block in ``text``, parsed, in order."""
+def _serving_blocks(text: str, label_key: Callable[[str], str | None] | None = None) -> list[dict[str, float]]:
+    """Every framed result block in ``text``, parsed, in order (rows named by ``label_key``)."""
+    label_key = label_key or _serving_label_key
     blocks: list[dict[str, float]] = []
     lines = text.splitlines()
     i = 0
@@ -268,7 +272,7 @@ def _serving_blocks(text: str) -> list[dict[str, float]]:
                 break
             row = _ROW.match(line)
             if row:
-                key = _serving_label_key(row.group(1))
+                key = label_key(row.group(1))
                 value = _to_float(row.group(2))
                 if key and value is not None:
                     metrics[key] = value
@@ -278,17 +282,44 @@ def _serving_blocks(text: str) -> list[dict[str, float]]:
     return blocks
 
 
-def _parse_bench_serving(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
-    blocks = _serving_blocks(stdout) or _serving_blocks(stderr)
+def _parse_bench_serving(stdout: str, stderr: str, out: _OutFiles, *, label_key=None, json_keys=_SERVING_JSON_KEYS,
+                         name: str = "sglang-bench-serving", **_) -> dict[str, float]:
+    blocks = _serving_blocks(stdout, label_key) or _serving_blocks(stderr, label_key)
     metrics = dict(blocks[-1]) if blocks else {}
-    record = _last_result_json(stdout, out, _SERVING_JSON_KEYS)
+    record = _last_result_json(stdout, out, json_keys)
     if record is not None:
         # The JSON has full precision (the table rounds to 2 decimals) and
         # the same key names, so it overrides the text values.
         metrics.update(_numeric_items(record))
     if metrics.get("completed") == 0:
-        raise ParseError("sglang-bench-serving: the benchmark reported 0 successful requests",
-                         found=metrics)
+        raise ParseError(f"{name}: the benchmark reported 0 successful requests", found=metrics)
+    return metrics
+
+
+# --------------------------------------------------------------------------- vllm bench serve
+# SGLang's frame with vLLM's labels; metrics take the keys of vLLM's `--save-result` JSON.
+_VLLM_LABELS = {**_SERVING_LABELS, "total token throughput (tok/s)": "total_token_throughput",
+                "rtfx (inverse real-time factor)": "rtfx", "acceptance rate (%)": "spec_decode_acceptance_rate",
+                "acceptance length": "spec_decode_acceptance_length", "drafts": "spec_decode_num_drafts",
+                "draft tokens": "spec_decode_draft_tokens", "accepted tokens": "spec_decode_accepted_tokens"}
+_VLLM_STAT = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?) (ttft|tpot|itl|e2el) \(ms\)$")
+# SGLang's names for the same numbers, so one metric name reads both stacks
+_VLLM_ALIASES = {"accept_length": "spec_decode_acceptance_length", "total_throughput": "total_token_throughput"}
+
+
+def _vllm_label_key(label: str) -> str | None:
+    n = _norm_label(label)
+    m = _VLLM_STAT.match(n)
+    if n in _VLLM_LABELS or m:
+        return _VLLM_LABELS[n] if n in _VLLM_LABELS else f"{m.group(1)}_{m.group(2)}_ms"
+    # per-position acceptance rates are a list in the JSON, not metrics
+    return None if re.match(r"^position \d+$", n) else _slug(label)
+
+
+def _parse_vllm_bench_serve(stdout: str, stderr: str, out: _OutFiles, **_) -> dict[str, float]:
+    metrics = _parse_bench_serving(stdout, stderr, out, label_key=_vllm_label_key, name="vllm-bench-serve",
+                                   json_keys=("output_throughput", "total_token_throughput", "request_throughput"))
+    metrics.update({a: metrics[k] for a, k in _VLLM_ALIASES.items() if k in metrics and a not in metrics})
     return metrics
 
 
@@ -540,6 +571,7 @@ PARSERS: dict[str, Parser] = {
     "sglang-bench-one-batch": _parse_bench_one_batch,
     "sglang-bench-one-batch-server": _parse_bench_one_batch_server,
     "sglang-server-log": _parse_server_log,
+    "vllm-bench-serve": _parse_vllm_bench_serve,
     "regex": _parse_regex,
     "json": _parse_json,
 }
@@ -550,6 +582,7 @@ _WHAT = {
     "sglang-bench-one-batch": "no 'Prefill.' / 'Decode.  median' / 'Total.' result lines after 'Benchmark ...'",
     "sglang-bench-one-batch-server": "no 'output throughput:' / 'last generation throughput:' lines",
     "sglang-server-log": "no 'Decode batch ... gen throughput (token/s):' log lines",
+    "vllm-bench-serve": "no 'Serving Benchmark Result' block or --save-result JSON in the out folder",
     "regex": "no pattern matched",
     "json": "no JSON object on stdout or in results.json",
 }

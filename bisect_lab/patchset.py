@@ -14,13 +14,38 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _KNOWN_KEYS = {"name", "aliases", "file", "description", "required", "requires"}
 
 
+_HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
 def diff_stats(text: str) -> tuple[tuple[str, ...], int, int]:
-    """Files a unified diff touches (b/ side, or a/ for deletions) and its +/- line counts."""
+    """Files a unified diff touches (b/ side, or a/ for deletions) and its +/- line counts.
+
+    Lines are counted inside hunks only, by the lengths their ``@@`` headers give: what follows
+    the last hunk (the ``-- `` signature and version of ``git format-patch``) is no deletion, and a
+    deleted line that itself starts with ``--`` still is one."""
     files: list[str] = []
     added = removed = 0
     old = None
+    left_old = left_new = 0              # lines the current hunk still holds on each side
     for line in text.splitlines():
-        if line.startswith("diff --git "):
+        if left_old > 0 or left_new > 0:
+            if line.startswith("+"):
+                added += 1
+                left_new -= 1
+            elif line.startswith("-"):
+                removed += 1
+                left_old -= 1
+            elif line.startswith("\\"):      # "\ No newline at end of file"
+                pass
+            else:                           # context (a blank line is an empty context line)
+                left_old -= 1
+                left_new -= 1
+            continue
+        m = _HUNK_RE.match(line)
+        if m:
+            left_old = int(m.group(1)) if m.group(1) is not None else 1
+            left_new = int(m.group(2)) if m.group(2) is not None else 1
+        elif line.startswith("diff --git "):
             m = re.match(r"diff --git a/(.+?) b/(.+)$", line)
             if m and m.group(2) not in files:
                 files.append(m.group(2))
@@ -32,10 +57,6 @@ def diff_stats(text: str) -> tuple[tuple[str, ...], int, int]:
             path = re.sub(r"^[ab]/", "", path)
             if path and path != "/dev/null" and path not in files:
                 files.append(path)
-        elif line.startswith("+") and not line.startswith("+++"):
-            added += 1
-        elif line.startswith("-") and not line.startswith("---"):
-            removed += 1
     return tuple(files), added, removed
 
 

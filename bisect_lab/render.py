@@ -5,11 +5,15 @@ Each entry takes a typed result (:mod:`bisect_lab.results`) or its JSON object (
 """
 from __future__ import annotations
 
+import math
+import re
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from .results import AttributionResult, BisectResult, Result, RunResult, SweepNight
+from .summaries import comparison_sentence, speed_interval, speed_words
 
 
 def _pct(r):
@@ -33,15 +37,46 @@ def run_result(res: dict | RunResult, console: Console) -> None:
         (m["metric"], m["higher_is_better"], m["arms"], m["comparisons"]) for m in res.secondary or []]
     family = sum(1 for *_, cmp in blocks for r in cmp if r.get("p_adjusted") is not None) > 1
     for k, block in enumerate(blocks):
-        _metric_tables(*block, family, console, primary_of=res if k == 0 else None)
+        _metric_tables(*block, family, console, primary_of=res if k == 0 else None, run_min_effect=res.min_effect)
     _warnings(res, console)
     _go_on(res, console)
 
 
+def _arm_label(spec: str, typed: dict) -> str:
+    """The arm as the user typed it beside its canonical form: ``only a,b  (= all-minus c,d)``."""
+    return f"{typed[spec]}  (= {spec})" if typed.get(spec) else spec
+
+
+def _cv_text(a: dict) -> str:
+    """The CV, or "-" when one reading (or none) cannot have one."""
+    cv = a.get("cv")
+    return "-" if (a.get("n") or 0) < 2 or not isinstance(cv, (int, float)) or not math.isfinite(cv) \
+        else f"{cv * 100:.1f}%"
+
+
+def _settle_seen(r: dict, arms: list[dict], min_effect: float | None) -> tuple[int, float] | None:
+    """``(trials per arm, percent)`` that would settle the difference this comparison saw, at the
+    two arms' noise (the run's ``plan_per_arm`` is for ``min_effect``, which says little beside a
+    20% difference); a difference below ``min_effect`` is planned at ``min_effect``."""
+    from .stats import plan_trials
+    ratio = r.get("ratio")
+    cvs = [a.get("cv") for a in arms if a.get("arm") in (r.get("a"), r.get("b"))]
+    if not r.get("plan_per_arm") or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0 \
+            or len(cvs) != 2 or not all(isinstance(c, (int, float)) and math.isfinite(c) for c in cvs):
+        return None
+    effect = max(abs(ratio - 1), min_effect or 0.02)
+    try:
+        n = plan_trials(math.sqrt((cvs[0] ** 2 + cvs[1] ** 2) / 2), min_effect=effect)
+    except ValueError:
+        return None
+    return n, effect * 100
+
+
 def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[dict], family: bool,
-                   console: Console, primary_of: RunResult | None) -> None:
+                   console: Console, primary_of: RunResult | None, run_min_effect: float | None = None) -> None:
     """One metric's arms table and comparisons table; ``primary_of``: the run, for the primary metric."""
     direction = f"{metric} ({'higher' if hib else 'lower'} is better)"
+    typed = (primary_of.get("typed") if primary_of is not None else None) or {}
     # the experiment's name and the metric's are the user's text: escaped like the arms
     title = escape(f"{primary_of.experiment}: {direction} — campaign {primary_of.campaign}" if primary_of
                    else f"{direction} — secondary metric")
@@ -51,32 +86,49 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
         t.add_column(col, justify="left" if col == "arm" else "right", overflow="fold" if col == "arm" else "ellipsis")
     for a in arms:
         ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
-        t.add_row(escape(a["arm"]), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
-                  "-" if a.get("cv") is None else f"{a['cv'] * 100:.1f}%", ci,
+        t.add_row(escape(_arm_label(a["arm"], typed)), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
+                  _cv_text(a), ci,
                   str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))
     console.print(t)
     if not comparisons:
         return
-    c = Table(title=("Pairwise comparisons" if primary_of else f"{escape(metric)}: pairwise comparisons")
-              + " (b relative to a)"
-              + (", p-values Holm-adjusted over the run's comparisons" if family else ""))
-    for col in ("a", "b", "host", "ratio", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
-        c.add_column(col, overflow="fold" if col in ("a", "b") else "ellipsis")
+    min_effect = primary_of.min_effect if primary_of is not None else run_min_effect
+    c = Table(title=("Comparisons" if primary_of else f"{escape(metric)}: comparisons")
+              + " (each arm against the one it is compared with"
+              + (f"; the baseline is {escape(_arm_label(str(primary_of.get('baseline')), typed))}"
+                 if primary_of is not None
+                 and primary_of.get("baseline") else "")
+              + ")" + ("; p-values Holm-adjusted over the run's comparisons" if family else ""))
+    for col in ("arm", "against", "host", "change", "95% CI") + (("p (Holm)",) if family else ()) + ("verdict",):
+        c.add_column(col, overflow="fold" if col in ("arm", "against") else "ellipsis")
+    found = []
     for r in comparisons:
-        ci = "-" if r.get("ci_low") is None else f"{_pct(r['ci_low'])} .. {_pct(r['ci_high'])}"
+        change = speed_words(r.get("ratio"), hib)
+        ci = speed_interval(r.get("ci_low"), r.get("ci_high"), hib)
         verdict = r["verdict"]
-        if r.get("regression"):
-            verdict = "[bold red]different (regression)[/]"
-        elif verdict == "different":
-            verdict = "[green]different (improvement)[/]"
-        elif verdict == "unknown" and r.get("plan_per_arm"):
-            verdict += f" (about {r['plan_per_arm']} trials per arm would resolve it)"
+        if verdict == "different":
+            slower = change.endswith("slower")
+            verdict = "[bold red]slower[/]" if slower else "[green]faster[/]"
+            found.append(r)
+        elif verdict == "same":
+            verdict = "no difference" + (f" (within ±{min_effect * 100:g}%)" if min_effect else "")
+        else:
+            verdict = "not settled"
+            settle = _settle_seen(r, arms, min_effect)
+            if settle:
+                verdict += f" (about {settle[0]} trials per arm would settle a {settle[1]:.0f}% difference)"
         p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
-        c.add_row(escape(r["a"]), escape(r["b"]), escape(r["host"]), _pct(r.get("ratio")), ci, *p_adj, verdict)
+        c.add_row(escape(_arm_label(r["b"], typed)), escape(_arm_label(r["a"], typed)), escape(r["host"]),
+                  change, ci, *p_adj, verdict)
     console.print(c)
+    for r in found:
+        hosts = {x["host"] for x in comparisons}
+        named = dict(r, a=typed.get(r["a"]) or r["a"], b=typed.get(r["b"]) or r["b"])     # as the user typed them
+        console.print(escape(comparison_sentence(named, hib, min_effect) + (f" on {r['host']}" if len(hosts) > 1 else "")))
 
 
-def _warnings(res: Result, console: Console) -> None:
+def _warnings(res: Result, console: Console, plain=None) -> None:
+    """Env propagation and the result's warnings (``plain``: a warning in the console's words)."""
     env = (res.get("env_propagation") or {}).get("vars", [])
     if env:
         t = Table(title="Env vars in the benchmark's processes")
@@ -90,7 +142,7 @@ def _warnings(res: Result, console: Console) -> None:
                       f"{len(v.get('arms', []))} arm(s)")
         console.print(t)
     for w in res.get("warnings") or []:
-        console.print(f"[yellow]warning:[/] {escape(str(w))}")
+        console.print(f"[yellow]warning:[/] {escape(plain(str(w)) if plain else str(w))}")
 
 
 def attribution_result(res: dict | AttributionResult, console: Console) -> None:
@@ -102,25 +154,36 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
                   f"metric {escape(str(res.metric))}, {res.trials} trials (campaign {res.campaign})")
     if res.culprits:
         console.print(f"culprits: [bold]{escape(', '.join(res.culprits))}[/]")
+    hib = res.higher_is_better
     reg = res.regression
     if isinstance(reg, dict) and reg.get("ratio") is not None:
-        console.print(f"regression (bad vs good): {_pct(reg['ratio'])} "
-                      f"[{_pct(reg.get('ci_low'))} .. {_pct(reg.get('ci_high'))}]")
+        line = (f"{res.bad} is {speed_words(reg['ratio'], hib)} than {res.good} "
+                f"(95% CI {speed_interval(reg.get('ci_low'), reg.get('ci_high'), hib)})")
+        if res.culprits and _holds_no_change(reg):
+            line += ": not confirmed, the interval includes no change"
+        console.print(escape(line))
     effects = res.effects or []
     if effects:
-        t = Table(title="Culprits and effects (effect = metric ratio when the factor takes its bad value)")
-        for col in ("factor", "kind", "effect", "95% CI", "share of regression"):
+        t = Table(title="What each factor costs (that factor alone switched from its good to its bad value)")
+        for col in ("factor", "kind", "change", "95% CI", "part of bad vs good"):
             t.add_column(col)
+        over = False
         for e in effects:
             eff = e.get("effect") if isinstance(e.get("effect"), dict) else e
             share = e.get("share")
-            if share is not None and e.get("share_low") is not None:
-                share_txt = f"{share * 100:.0f}% [{e['share_low'] * 100:.0f}% .. {e['share_high'] * 100:.0f}%]"
+            if not isinstance(share, (int, float)) or not math.isfinite(share):
+                share_txt = "-"
+            elif share > 1.005:
+                share_txt, over = f"{share * 100:.0f}% *", True
             else:
-                share_txt = "-" if share is None else f"{share * 100:.0f}%"
-            t.add_row(escape(str(e.get("name") or e.get("factor"))), str(e.get("kind", "main")), _pct(eff.get("ratio")),
-                      f"{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}", share_txt)
+                share_txt = f"{max(share, 0) * 100:.0f}%"
+            t.add_row(escape(str(e.get("name") or e.get("factor"))), str(e.get("kind", "main")),
+                      speed_words(eff.get("ratio"), hib), speed_interval(eff.get("ci_low"), eff.get("ci_high"), hib),
+                      share_txt)
         console.print(t)
+        if over:
+            console.print("* over 100%: this factor alone costs more than bad vs good in total; another factor "
+                          "or a combination gives part of it back (the report's detail has the intervals)")
     for it in res.interactions or []:
         names = it.get("factors") or it.get("names") if isinstance(it, dict) else it
         line = f"interaction: {' x '.join(names) if isinstance(names, (list, tuple)) else names}"
@@ -138,21 +201,67 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
         console.print(escape("most likely factors: " + ", ".join(f"{n} ({p:.2f})" for n, p in cands[:4])))
     plan = res.plan
     if isinstance(plan, dict) and plan.get("trials_per_arm"):
-        console.print(f"planning: to resolve {plan.get('min_effect', 0.02) * 100:.0f}% at this noise: "
-                      f"about {plan['trials_per_arm']} trials per arm")
+        line = _plan_for_what_was_seen(plan, reg, res.min_effect) if status == "inconclusive" else None
+        if line:
+            console.print(line)
     elif plan:
         console.print(escape(f"planning: {plan}"))
-    _warnings(res, console)
+    _warnings(res, console, plain=_plain_note)
     _go_on(res, console)
 
 
+def _holds_no_change(est: dict) -> bool:
+    """The 95% interval of a ratio contains 1 (no change)."""
+    lo, hi = est.get("ci_low"), est.get("ci_high")
+    return isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo <= 1 <= hi
+
+
+def _plan_for_what_was_seen(plan: dict, reg, min_effect) -> str | None:
+    """How many trials would settle the difference actually seen (not ``min_effect``, unless the
+    difference is smaller), at the noise seen; None when there is nothing to settle."""
+    from .stats import plan_trials
+    cvs = [c for c in (plan.get("cv_good"), plan.get("cv_bad")) if isinstance(c, (int, float)) and math.isfinite(c)]
+    ratio = reg.get("ratio") if isinstance(reg, dict) else None
+    floor = float(min_effect or plan.get("min_effect") or 0.02)
+    if not cvs or not isinstance(ratio, (int, float)) or ratio <= 0:
+        return None
+    effect = max(abs(ratio - 1), floor)
+    try:
+        n = plan_trials(max(cvs), min_effect=effect)
+    except ValueError:
+        return None
+    return (f"to settle a {effect * 100:.0f}% difference at this noise (CV {max(cvs) * 100:.1f}%): "
+            f"about {n} trials per arm")
+
+
+# Notes of the staged attribution, in plain words for the console (the report keeps them as written).
+_NOTES = ((re.compile(r"^(?P<who>.+): named by stage (?P<k>\d+) without its own confirmation step .*"
+                      r"stage (?P<k2>\d+) then attributed what was left$"),
+           "{who}: found by search stage {k} and not re-measured on its own; stage {k2} then explained the rest"),
+          (re.compile(r"^(?P<who>.+): named by a stage that ran out of budget before its confirmation step"),
+           "{who}: found before the budget ran out, not yet re-measured on its own (more trials would check it)"))
+
+
+def _plain_note(w: str) -> str:
+    for pattern, words in _NOTES:
+        m = pattern.match(w)
+        if m:
+            return words.format(**m.groupdict())
+    return w
+
+
 def bisect_result(res: dict | BisectResult, console: Console) -> None:
-    """A bisection's status, the first bad commit (or the range, the steps), its effect, warnings."""
+    """A bisection's status, the first bad commit (or the range, the steps), its effect, warnings;
+    in the campaign's terms (``--look-for improvement``, ``--term-old`` / ``--term-new``)."""
     res = _typed(res, BisectResult)
     status = res.status
-    color = {"culprit": "bold red", "gradual": "bold red", "several": "bold red", "no-regression": "green",
+    old, new, change = bisect_terms(res)
+    hib = res.get("higher_is_better", True)
+    bad_colour = "bold red" if change == "regression" else "bold green"
+    color = {"culprit": bad_colour, "gradual": bad_colour, "several": bad_colour, "no-regression": "green",
              "inconclusive": "yellow"}.get(status, "")
-    console.print(f"[{color}]{status}[/] ({res.trials} trials, campaign {res.campaign})")
+    shown = f"no-{change}" if status == "no-regression" else status
+    console.print(f"[{color}]{shown}[/] ({res.trials} trials, campaign {res.campaign})")
     c = res.commit_info or {}
     if status in ("gradual", "several"):
         _bisect_not_one_step(res, console)
@@ -160,25 +269,41 @@ def bisect_result(res: dict | BisectResult, console: Console) -> None:
         _go_on(res, console)
         return
     if res.commit:
-        console.print(f"first bad commit: {res.commit}")
+        console.print(escape(f"first {new} commit: {res.commit}"))
         if c:
             console.print(f"  {escape(str(c.get('subject', '')))}\n  {escape(str(c.get('author', '')))}  {c.get('date', '')}")
         if res.posterior is not None:
-            console.print(f"  posterior mass on it: {res.posterior:.3f}")
+            sure = ">99%" if 0.995 <= res.posterior < 1 else f"{res.posterior:.0%}"
+            console.print(f"  how sure: {sure} that it is this commit")
     for lv in (res.levels or [])[:-1]:
-        console.print(f"  (on the first-parent line {lv['good'][:12]}..{lv['bad'][:12]} the first bad commit "
-                      f"was merge {str(lv['commit'])[:12]}; its side branch was bisected next)")
+        console.print(escape(f"  (on the first-parent line {lv['good'][:12]}..{lv['bad'][:12]} the first {new} commit "
+                             f"was merge {str(lv['commit'])[:12]}; its side branch was bisected next)"))
     eff = _effect(res)
     if eff.get("ratio") is not None:
-        console.print(f"  effect: {_pct(eff['ratio'])} [{_pct(eff.get('ci_low'))} .. {_pct(eff.get('ci_high'))}]")
+        console.print(escape(f"  effect: {new} is {speed_words(eff['ratio'], hib)} than {old} "
+                             f"(95% CI {speed_interval(eff.get('ci_low'), eff.get('ci_high'), hib)})"))
+        if res.commit and _holds_no_change(eff):
+            console.print(escape(f"  not confirmed: the {new}-vs-{old} interval includes no change, so this "
+                                 f"commit is only the most likely place of a {change} that may not be there"))
     if status == "inconclusive" and res.top:
         # Where the probability sits, not the whole range.
-        console.print("most likely first bad commits: "
-                      + ", ".join(f"{sha[:12]} ({m:.0%})" for sha, m in res.top))
+        console.print(escape(f"most likely first {new} commits: "
+                             + ", ".join(f"{sha[:12]} ({m:.0%})" for sha, m in res.top)))
+    elif status == "inconclusive" and res.range:
+        console.print(f"first {escape(new)} commit not found: one of {len(res.range)} commits, "
+                      f"{res.range[0][:12]} .. {res.range[-1][:12]}")
     elif res.range:
         console.print(f"candidate range: {', '.join(x[:12] for x in res.range)}")
     _warnings(res, console)
     _go_on(res, console)
+
+
+def bisect_terms(res) -> tuple[str, str, str]:
+    """``(old, new, change)``: what a bisection calls its two sides and what it looks for
+    (``good``, ``bad``, ``regression`` unless the campaign said otherwise)."""
+    look_for = res.get("look_for") or "regression"
+    default = ("slow", "fast") if look_for == "improvement" else ("good", "bad")
+    return res.get("term_old") or default[0], res.get("term_new") or default[1], look_for
 
 
 def _effect(res: BisectResult) -> dict:

@@ -154,3 +154,45 @@ def holm_comparisons(comparisons: list[dict], alpha: float) -> list[str]:
     return [f"{downgraded} of {len(rows)} comparisons differ on their own (p < {alpha:g}) but not after "
             f"Holm's correction for making {len(rows)} comparisons: shown as 'unknown'; more repeats "
             "would settle them"]
+
+
+# ---------------------------------------------------------------------- comparisons in words
+def speed_words(ratio: float | None, higher_is_better: bool) -> str:
+    """A ratio (new / reference) as a performance engineer says it: "25.0% slower", "33.3% faster"
+    ("-" when there is none). Slower is worse in the metric's own direction."""
+    if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
+        return "-"
+    if ratio == 1:
+        return "no change"
+    worse = ratio < 1 if higher_is_better else ratio > 1
+    return f"{abs(ratio - 1) * 100:.1f}% {'slower' if worse else 'faster'}"
+
+
+def speed_interval(low: float | None, high: float | None, higher_is_better: bool) -> str:
+    """An interval of ratios in the same words: "20.1% .. 29.8% slower" when both ends agree,
+    "3.0% slower .. 2.0% faster" when it holds no change ("-" when there is none)."""
+    a, b = speed_words(low, higher_is_better), speed_words(high, higher_is_better)
+    if "-" in (a, b):
+        return "-"
+    if a.split()[-1] == b.split()[-1] and a != "no change":
+        lo, hi = sorted((a.split()[0], b.split()[0]), key=lambda x: float(x.rstrip("%")))
+        return f"{lo} .. {hi} {a.split()[-1]}"
+    # the slower end first
+    return " .. ".join(sorted((a, b), key=lambda w: not w.endswith("slower")))
+
+
+def comparison_sentence(row: dict, higher_is_better: bool, min_effect: float | None = None) -> str:
+    """One comparison row (``b`` relative to ``a``) as a sentence: "all is 25.0% slower than none
+    (95% CI 20.1% .. 29.8% slower)", "b performs like a (within ±2%)", or why it is not settled."""
+    a, b = row.get("a"), row.get("b")
+    ratio = row.get("ratio")
+    interval = speed_interval(row.get("ci_low"), row.get("ci_high"), higher_is_better)
+    verdict = row.get("verdict")
+    if ratio is None:
+        return f"{b} vs {a}: too few successful trials to compare"
+    if verdict == "different":
+        return f"{b} is {speed_words(ratio, higher_is_better)} than {a} (95% CI {interval})"
+    if verdict == "same":
+        within = f"within ±{min_effect * 100:g}%" if min_effect else "no difference of interest"
+        return f"{b} performs like {a} ({within}; 95% CI {interval})"
+    return f"{b} vs {a}: not settled at this noise, somewhere in {interval}"

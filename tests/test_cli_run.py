@@ -121,13 +121,15 @@ def test_run_compares_secondary_metrics_in_one_holm_family(tmp_path):
     assert human.returncode == 0, human.stderr
     out = " ".join(human.stdout.split())
     assert "median_ttft_ms (lower is better) — secondary metric" in out, out
-    assert "median_ttft_ms: pairwise comparisons" in out and "p (Holm)" in out, out
+    assert "median_ttft_ms: comparisons" in out and "p (Holm)" in out, out
 
 
-def test_run_human_output_and_single_arm_compares_to_all(tmp_path, toy):
+def test_run_human_output_and_single_arm_compares_to_none(tmp_path, toy):
     p = cli(tmp_path, "run", toy, "--patches", "all-minus slow", "--repeat", "3")
     assert p.returncode == 0, p.stderr
-    assert "Pairwise comparisons" in p.stdout and "all-minus slow" in p.stdout and "different" in p.stdout
+    # one arm alone is measured beside `none`, its baseline (never an implicit `all`)
+    assert "Comparisons" in p.stdout and "the baseline is none" in " ".join(p.stdout.split())
+    assert "all-minus slow" in p.stdout and "different" not in p.stdout
     assert "[6/6]" in p.stderr                         # progress, on stderr
 
 
@@ -230,7 +232,7 @@ def test_unquoted_arm_specs_as_the_card_shows(tmp_path, toy):
     # `bisect-lab run --patches all-minus topk`: the shell splits the spec into words.
     p = cli(tmp_path, "run", "--patches", "all-minus", "slow", "NCCL_PROTO=LL", toy, "--repeat", "2", "--json")
     assert p.returncode == 0, p.stderr
-    assert [a["arm"] for a in json.loads(p.stdout)["arms"]] == ["all", "all-minus slow NCCL_PROTO=LL"]
+    assert [a["arm"] for a in json.loads(p.stdout)["arms"]] == ["none", "all-minus slow NCCL_PROTO=LL"]
 
 
 def test_secrets_never_reach_the_results_or_the_output(tmp_path):

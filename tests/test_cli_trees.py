@@ -74,8 +74,9 @@ def test_a_resumed_trial_gets_an_empty_out_folder_not_the_killed_attempts(tmp_pa
     assert p.returncode == 0, p.stderr
     rows = metric_by_trial(tmp_path, json.loads(p.stdout)["campaign"])
     # Trial 0 again (the killed one was never stored), measured by this attempt: about 100, not 1.0.
-    # (One arm alone is compared with "all": that one comes second.)
-    assert rows[0][:2] == ("none", "ok") and rows[0][2] == pytest.approx(100, rel=0.06), rows
+    # (`none` alone is measured with `all`, 30% slower in the toy: trial 0 may be either.)
+    expected = {"none": 100, "all": 70}
+    assert rows[0][1] == "ok" and rows[0][2] == pytest.approx(expected[rows[0][0]], rel=0.06), rows
     assert all(s == "ok" and v > 50 for _, s, v in rows), rows
 
 

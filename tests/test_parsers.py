@@ -350,7 +350,8 @@ def test_unknown_parser():
 def test_all_sample_files_parse_with_some_builtin_parser():
     # Guards the data folder: every sample is realistic enough for its parser.
     owner = {"bench_serving": "sglang-bench-serving", "bench_one_batch_server": "sglang-bench-one-batch-server",
-             "bench_one_batch": "sglang-bench-one-batch", "server_log": "sglang-server-log"}
+             "bench_one_batch": "sglang-bench-one-batch", "server_log": "sglang-server-log",
+             "vllm_bench_serve": "vllm-bench-serve"}
     for f in sorted(os.listdir(DATA)):
         parser = next(p for prefix, p in owner.items() if f.startswith(prefix))
         if "crashed" in f:

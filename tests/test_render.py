@@ -70,5 +70,10 @@ def test_every_entry_takes_the_typed_result_or_its_dict_alike():
                        (render_sweep, night, SweepNight), (attribution_result, attr, AttributionResult)):
         assert text(fn, d) == text(fn, cls.from_dict(d)), fn.__name__
     out = text(run_result, run)
-    assert "different (regression)" in out and "--resume c1 --repeat N (N > 3)" in out
-    assert "first bad commit: " + "a" * 40 in text(bisect_result, bis) and "-20.0% [-30.0% .. -10.0%]" in text(bisect_result, bis)
+    # in a performance engineer's words, against the reference (a), never "different (regression)"
+    assert "all is 20.0% slower than none (95% CI 18.0% .. 22.0% slower)" in out, out
+    assert "different" not in out and "--resume c1 --repeat N (N > 3)" in out
+    bis_out = text(bisect_result, bis)
+    assert "first bad commit: " + "a" * 40 in bis_out, bis_out
+    assert "effect: bad is 20.0% slower than good (95% CI 10.0% .. 30.0% slower)" in bis_out, bis_out
+    assert "how sure: 97% that it is this commit" in bis_out and "posterior" not in bis_out

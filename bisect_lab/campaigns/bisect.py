@@ -31,8 +31,10 @@ def _info_dict(info) -> dict | None:
 
 
 def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = "none",
-                   resume: str | bool | None = None, max_trials: int | None = None) -> BisectResult:
-    """Find the first commit in good..bad whose performance belongs with bad."""
+                   resume: str | bool | None = None, max_trials: int | None = None,
+                   terms: dict | None = None) -> BisectResult:
+    """Find the first commit in good..bad whose performance belongs with bad; ``terms`` (from
+    ``--look-for improvement`` / ``--term-old`` / ``--term-new``) looks for a speedup instead."""
     from ..strategies.bisection import BisectionStrategy
     exp = session.experiment
     d = exp.design
@@ -48,7 +50,8 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
     candidates = len(trees.commits_between(good, bad))
     # a resume keeps the campaign's budget unless --max-trials raises it (see Session.open)
     params = {"good": good, "bad": bad, "arm": the_arm.spec, "seed": d.seed, "max_trials": max_trials,
-              "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates}
+              "confidence": d.confidence, "min_effect": d.min_effect, "candidates": candidates,
+              "metric": exp.benchmark.metric, "higher_is_better": exp.benchmark.higher_is_better, **(terms or {})}
     cid, _ = session.open("bisect", params, resume, grow={"max_trials": d.max_trials})
     budget = params["max_trials"]
 
@@ -71,7 +74,9 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             if left <= 2:
                 answer = answer or ("inconclusive", None, {}, shas[1:])
                 break
-            search = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better,
+            # an improvement is a regression of the inverted metric
+            search = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better
+                                       != (params.get("look_for") == "improvement"),
                                        seed=d.seed + depth, max_trials=left, confidence=d.confidence,
                                        min_effect=d.min_effect, parallel=len(workers))
 

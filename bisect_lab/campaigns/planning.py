@@ -51,7 +51,24 @@ def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] 
     labels = labels or names
     cv = ", ".join(f"{label} {stats.log_cv(v):.1%}" for label, v in zip(labels, values.values()) if len(v) >= 2)
     text = PlanEstimate(float("nan"), float("nan"), d.min_effect, n).describe("commit" if commits else "arm")
-    return f"planning from {_and(counts)} on {host} (CV {cv}): {text} ({note})"
+    return (f"planning from {_and(counts)} on {host} (CV {cv}): {text} ({note})"
+            + _seen_plan(known if len(known) == 2 == len(values) else [], d, "commit" if commits else "arm"))
+
+
+def _seen_plan(groups: list[list[float]], d, unit: str) -> str:
+    """What the difference the stored trials already show between the two groups costs, when it is
+    larger than ``min_effect`` (a 15% search is not planned from the 2% it could also find)."""
+    import math
+
+    from .. import stats
+    if len(groups) != 2:
+        return ""
+    means = [sum(math.log(v) for v in g) / len(g) for g in groups]
+    seen = math.exp(abs(means[0] - means[1])) - 1
+    if seen <= d.min_effect:
+        return ""
+    n = stats.plan_trials(groups, min_effect=seen, alpha=d.alpha)
+    return f"; for the {seen:.0%} the stored trials show between them: about {n} trials per {unit}"
 
 
 class PlanProgress:
@@ -67,6 +84,8 @@ class PlanProgress:
         get = getattr(self.strategy, "plan_estimate", None)
         if not callable(get):
             return
+        if getattr(self.strategy, "done", False):
+            return                  # the campaign has its answer: no estimate of what is left to spend
         plan = get()
         n, t = plan.trials_per_arm, self.strategy.trials
         if n is None or (self.last is not None and (abs(n - self.last) < 0.25 * self.last

@@ -50,14 +50,25 @@ def judged_trials(session: Session) -> list[TrialResult]:
     return [t for t in session.store.trials(session.campaign) if t.tag != "warmup"]
 
 
+def with_baseline(arms: list[Arm], baseline: Arm | None) -> list[Arm]:
+    """``arms`` with ``baseline`` first (added when it is not among them): every comparison with it
+    then reads "arm relative to the baseline" (``a`` is the baseline). None keeps the first arm."""
+    if baseline is None:
+        return arms
+    return [baseline] + [a for a in arms if a.spec != baseline.spec]
+
+
 def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
-             resume: str | bool | None = None) -> RunResult:
+             resume: str | bool | None = None, baseline: str | None = None) -> RunResult:
     """Measure arms interleaved in a randomised balanced order; summaries and pairwise comparisons.
 
     ``repeat``: trials per arm (default the experiment's ``[design] repeat``; a resume keeps the
-    campaign's own unless a larger one is given, which measures more in a finished campaign)."""
+    campaign's own unless a larger one is given, which measures more in a finished campaign).
+    ``baseline``: the arm the others are compared with (measured too; default the first of ``specs``);
+    the result names it in ``baseline``."""
     exp = session.experiment
-    arms = _arms(session, specs)
+    arms = with_baseline(_arms(session, specs),
+                         parse_arm(baseline, exp.patchset) if baseline is not None else None)
     warmup = max(0, exp.benchmark.warmup)
     params = {"arms": [a.spec for a in arms], "repeat": repeat, "seed": exp.design.seed, "warmup": warmup}
     session.open("run", params, resume, grow={"repeat": exp.design.repeat})
@@ -66,6 +77,7 @@ def run_arms(session: Session, specs: list[str], *, repeat: int | None = None,
     def body() -> RunResult:
         res = _measure(session, arms, repeat=repeat, commit=None, tag=None, plan_line=True)
         res.repeat = repeat
+        res.more["baseline"] = arms[0].spec
         if res.undecided:
             res.resume_with = [resume_option("--repeat", repeat)]
         return res

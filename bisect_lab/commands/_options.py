@@ -112,3 +112,57 @@ def one_arm(words, args, option: str) -> str:
         raise UsageError(f"{option} names no arm (only the experiment file {args.experiment}): "
                          f"give an arm spec, e.g. {option} none")
     return specs[0]
+
+
+def add_seed(parser: argparse.ArgumentParser) -> None:
+    """``--seed N``: the experiment's ``[design] seed`` for this campaign only (a copy of the TOML
+    would be a new experiment, and planning would forget the measurements made under the old one)."""
+    parser.add_argument("--seed", type=int,
+                        help="random seed of the run order and the search (default [design] seed; with --resume "
+                             "the campaign's own)")
+
+
+def with_seed(exp, seed: int | None, stored=None):
+    """``exp`` with ``[design] seed`` = ``seed``; None keeps a resumed campaign's own seed (``stored``,
+    the campaign read back), else the experiment's."""
+    import dataclasses
+    if seed is None and stored is not None and isinstance(stored.params.get("seed"), int):
+        seed = stored.params["seed"]
+    if seed is None or seed == exp.design.seed:
+        return exp
+    return dataclasses.replace(exp, design=dataclasses.replace(exp.design, seed=seed))
+
+
+LOOK_FOR = ("regression", "improvement")
+
+
+def add_terms(parser: argparse.ArgumentParser) -> None:
+    """``--look-for`` and ``--term-old`` / ``--term-new``, as ``git bisect`` names the two sides."""
+    parser.add_argument("--look-for", choices=LOOK_FOR,
+                        help="what the first commit of the new side did: regression (default: it made the metric "
+                             "worse) or improvement (it made it better; the old side is slow, the new fast)")
+    parser.add_argument("--term-old", metavar="WORD",
+                        help="what to call the --good (old) side in the output (default good, or slow with "
+                             "--look-for improvement), as git bisect --term-old")
+    parser.add_argument("--term-new", metavar="WORD",
+                        help="what to call the --bad (new) side (default bad, or fast with --look-for improvement)")
+
+
+def bisect_terms(look_for: str | None, term_old: str | None, term_new: str | None) -> dict:
+    """The campaign parameters that name a bisection's sides; empty for the defaults (a regression,
+    good / bad), so that campaigns stored before these options resume as they were."""
+    look_for = look_for or "regression"
+    default_old, default_new = ("slow", "fast") if look_for == "improvement" else ("good", "bad")
+    for word in (term_old, term_new):
+        if word is not None and (not word.strip() or len(word.split()) != 1):
+            raise UsageError(f"--term-old / --term-new take one word, got {word!r}")
+    terms = {"look_for": look_for, "term_old": term_old or default_old, "term_new": term_new or default_new}
+    if terms["term_old"] == terms["term_new"]:
+        raise UsageError(f"--term-old and --term-new are both {terms['term_old']!r}: give two different words")
+    return {} if terms == {"look_for": "regression", "term_old": "good", "term_new": "bad"} else terms
+
+
+def add_baseline(parser: argparse.ArgumentParser) -> None:
+    """``--baseline ARM``: the arm every other arm of a ``run`` is compared with."""
+    add_arms(parser, "--baseline", help="the arm the others are compared with, measured too (default: the first "
+                                        "--patches given; none beside a lone --patches ARM, or no --patches)")

@@ -24,6 +24,7 @@ def setup_arguments(subparsers):
     a.add_argument("--repeats", type=_options.positive_int,
                    help="screening: rounds of the design (each round = every design arm + good + bad; "
                         "default 2; with --resume the campaign's own, and more rounds let it go on)")
+    _options.add_seed(a)
     _options.add_resume(a, help="continue a campaign (its experiment, --good, --bad, --strategy and budget "
                                "unless given)")
     a.set_defaults(func=run_from_args)
@@ -35,21 +36,22 @@ def run_from_args(args) -> int:
     good = _options.one_arm(args.good, args, "--good") if args.good is not None else None
     bad = _options.one_arm(args.bad, args, "--bad") if args.bad is not None else None
     return run(Context.from_args(args), args.experiment, good, bad, resume=args.resume,
-               max_trials=args.max_trials, strategy=args.strategy, repeats=args.repeats)
+               max_trials=args.max_trials, strategy=args.strategy, repeats=args.repeats, seed=args.seed)
 
 
 def run(ctx: Context, experiment: str | None, good: str | None, bad: str | None, *,
         resume: str | bool | None = None, max_trials: int | None = None, strategy: str | None = None,
-        repeats: int | None = None) -> int:
+        repeats: int | None = None, seed: int | None = None) -> int:
     """Attribute the difference between arms ``good`` and ``bad``; exit 3 when inconclusive.
 
     ``strategy`` None is the experiment's ``[design] strategy``. With ``resume``, what is None
-    (``experiment``, ``good``, ``bad``, ``strategy``, the budgets) is the campaign's own.
+    (``experiment``, ``good``, ``bad``, ``strategy``, the seed, the budgets) is the campaign's own.
     """
     from ..campaigns import attribute
     from ..render import attribution_result
     exp, resume, stored = resume_point(ctx, "attribute", experiment, resume,
-                                       read_back=None in (good, bad, strategy))
+                                       read_back=None in (good, bad, strategy, seed))
+    exp = _options.with_seed(exp, seed, stored)
     if stored is not None:
         good = good if good is not None else stored_param(stored, "good", "--good")
         bad = bad if bad is not None else stored_param(stored, "bad", "--bad")

@@ -12,7 +12,9 @@ def setup_arguments(subparsers):
     _options.add_experiment(r)
     _options.add_arms(r, "--patches", append=True,
                       help="arm spec, e.g. all-minus topk NCCL_PROTO=LL (repeat the option for more arms)")
+    _options.add_baseline(r)
     _options.add_repeat(r)
+    _options.add_seed(r)
     _options.add_resume(r, help="continue an interrupted campaign (its experiment and arms unless given)")
     r.set_defaults(func=run_from_args)
     return r
@@ -20,28 +22,63 @@ def setup_arguments(subparsers):
 
 def run_from_args(args) -> int:
     arms = _options.arm_words(args.patches, args)
-    return run(Context.from_args(args), args.experiment, arms, repeat=args.repeat, resume=args.resume)
+    baseline = _options.one_arm(args.baseline, args, "--baseline") if args.baseline else None
+    return run(Context.from_args(args), args.experiment, arms, repeat=args.repeat, resume=args.resume,
+               baseline=baseline, seed=args.seed)
+
+
+def default_arms(arms: list[str], baseline: str | None, patchset) -> list[str]:
+    """What ``run`` measures, its baseline first: ``baseline`` and the arms given; without
+    ``--baseline`` the first arm given is the baseline. No arm: ``none`` (the target as it is)
+    and ``all``. One arm alone is measured beside ``none``, the baseline (``all`` beside a lone
+    ``none``; ``all`` alone is measured alone): only what was asked for and the reference, so one
+    patch that does not apply never blocks ``--patches "all-minus broken"``."""
+    from ..arms import parse_arm
+    if baseline is not None:
+        return [baseline] + arms if arms else [baseline, "all" if parse_arm(baseline, patchset).spec != "all" else "none"]
+    if not arms:
+        return ["none", "all"]
+    if len(arms) == 1:
+        spec = parse_arm(arms[0], patchset).spec
+        # `all` alone is measured alone (a quick reading of the full patch set)
+        return arms if spec == "all" else ["none", arms[0]] if spec != "none" else [arms[0], "all"]
+    return arms
 
 
 def run(ctx: Context, experiment: str | None, arms: list[str], *, repeat: int | None = None,
-        resume: str | bool | None = None) -> int:
+        resume: str | bool | None = None, baseline: str | None = None, seed: int | None = None) -> int:
     """Measure ``arms`` of ``experiment`` (the bundled demo when None) and print the result.
 
-    No arm measures ``all`` against ``none``; one arm other than ``all`` is compared
-    against the full patch set. With ``resume``, no ``experiment`` or no arms are the
-    campaign's own.
+    Every comparison reads "arm relative to the baseline" (:func:`default_arms` says which arms
+    and which baseline). With ``resume``, no ``experiment``, no arms or no seed are the campaign's
+    own (its first arm is its baseline).
     """
+    from ..arms import parse_arm
     from ..campaigns import run_arms
     from ..render import run_result
-    exp, resume, stored = resume_point(ctx, "run", experiment, resume, read_back=not arms)
+    exp, resume, stored = resume_point(ctx, "run", experiment, resume, read_back=not arms or seed is None)
+    exp = _options.with_seed(exp, seed, stored)
     if not arms and stored is not None:
         arms = list(stored_param(stored, "arms", "--patches"))
-    if not arms:
-        arms = ["all", "none"]
-    elif len(arms) == 1:
-        from ..arms import parse_arm
-        if parse_arm(arms[0], exp.patchset).spec != "all":
-            arms = ["all", arms[0]]    # one arm alone compares against the full patch set
-    res = with_session(ctx, exp, lambda s: run_arms(s, arms, repeat=repeat, resume=resume))
+        if baseline is None:
+            baseline = arms[0]
+    arms = default_arms(arms, baseline, exp.patchset)
+    # what the user typed, beside the canonical spec it became (`only a,b` reads as `all-minus c,d`)
+    typed = {}
+    for a in arms:
+        spec = parse_arm(a, exp.patchset).spec
+        if _words(a) != _words(spec):         # not a mere difference of quoting
+            typed.setdefault(spec, " ".join(a.split()))
+    res = with_session(ctx, exp, lambda s: run_arms(s, arms, repeat=repeat, resume=resume, baseline=arms[0]))
+    if typed:
+        res.more["typed"] = typed
     ctx.emit(res, run_result)
     return EXIT_OK
+
+
+def _words(spec: str) -> list[str]:
+    import shlex
+    try:
+        return shlex.split(spec)
+    except ValueError:
+        return spec.split()

@@ -86,16 +86,18 @@ class PerfComparison:
         return self.ci_low - 1, self.ci_high - 1
 
     def describe(self) -> str:
-        """One line for people: "b is 25.1% slower than a (95% CI 22.0% .. 28.3%, p=1e-05, n=5/5)"."""
+        """One line for people: "'b' is 25.1% slower than 'a' (tok: 95% CI 22.0% .. 28.3% slower, p=1e-05, n=5/5)"."""
         if self.stats is None:
             return (f"{self.b!r} vs {self.a!r}: not enough successful trials to compare "
                     f"(n={len(self.a_values)}/{len(self.b_values)})")
+        from ..summaries import speed_interval
         s = self.slowdown
-        lo, hi = self.slowdown_ci
         word = "slower" if s > 0 else "faster"
         conf = f"{(1 - self.alpha) * 100:.3g}"
-        return (f"{self.b!r} is {abs(s) * 100:.1f}% {word} than {self.a!r} ({self.metric}: {conf}% CI of the slowdown "
-                f"{lo * 100:+.1f}% .. {hi * 100:+.1f}%, p={self.p_value:.2g}, n={len(self.a_values)}/{len(self.b_values)}"
+        # the interval in the same words ("22.0% .. 28.3% slower", "3.0% slower .. 1.0% faster")
+        interval = speed_interval(self.ci_low, self.ci_high, self.higher_is_better)
+        return (f"{self.b!r} is {abs(s) * 100:.1f}% {word} than {self.a!r} ({self.metric}: {conf}% CI {interval}, "
+                f"p={self.p_value:.2g}, n={len(self.a_values)}/{len(self.b_values)}"
                 + (f", campaign {self.campaign}" if self.campaign else "") + ")")
 
     __str__ = describe

@@ -34,10 +34,36 @@ def _answer(c: Campaign, res: AttributionResult, status: str, good, bad, min_eff
     if likely:
         answer += f" Most likely involved so far: {', '.join(likely)}."
     plan = res.plan
-    if isinstance(plan, dict) and plan.get("trials_per_arm"):
-        answer += (f" The noise seen (CV {max(plan.get('cv_good') or 0, plan.get('cv_bad') or 0) * 100:.0f}%) "
+    cv = _worst_cv(plan)
+    if isinstance(plan, dict) and plan.get("trials_per_arm") and cv is not None:
+        answer += (f" The noise seen (CV {cv * 100:.0f}%) "
                    f"needs about {plan['trials_per_arm']} trials per arm to resolve {min_effect * 100:g}%.")
     return answer, "unknown"
+
+
+def _worst_cv(plan) -> float | None:
+    """The larger of the plan's two CVs; None when neither is a number (one reading has no CV)."""
+    if not isinstance(plan, dict):
+        return None
+    cvs = [c for c in (plan.get("cv_good"), plan.get("cv_bad")) if isinstance(c, (int, float)) and math.isfinite(c)]
+    return max(cvs) if cvs else None
+
+
+def _cv_pct(cv) -> str:
+    return f"{cv * 100:.1f}%" if isinstance(cv, (int, float)) and math.isfinite(cv) else "- (one reading)"
+
+
+def _reads_as(x: dict) -> str:
+    """A confirmation arm's measured position in words: like good (0), like bad (1), in between,
+    or unclear when its interval reaches both; the numbers follow in brackets."""
+    pos, lo, hi = x.get("position"), x.get("position_low"), x.get("position_high")
+    if not isinstance(pos, (int, float)) or not math.isfinite(pos):
+        return "-"
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo <= 0.25 and hi >= 0.75:
+        word = "unclear"
+    else:
+        word = "like good" if pos < 0.25 else "like bad" if pos > 0.75 else "in between"
+    return f"{word} ({num(pos)}; {num(lo)} .. {num(hi)})"
 
 
 def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> Section:
@@ -45,6 +71,7 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
     culprits = res.culprits or []
     s = Section("Effect of each factor")
     rows, frows = [], []
+    over = False
     for e in res.effects or []:
         eff = e.get("effect") if isinstance(e.get("effect"), dict) else e
         name = e.get("name") or e.get("factor")
@@ -52,6 +79,7 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
              "culprit": any(part in culprits for part in str(name).split("*"))}
         frows.append(r)
         share = e.get("share")
+        over = over or (isinstance(share, (int, float)) and share > 1.005)
         rows.append([code(name), e.get("kind", "main"), pct(r["ratio"]), f"{pct(r['ci_low'])} .. {pct(r['ci_high'])}",
                      "-" if share is None else f"{share * 100:.0f}%"
                      + (f" ({e['share_low'] * 100:.0f}..{e['share_high'] * 100:.0f}%)"
@@ -61,7 +89,9 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
         s.add(Figure(png, "Each factor's effect on the metric when switched from its good to its bad value, with its "
                           "95% interval. The grey band is below the minimum effect of interest.", "effects"))
     if rows:
-        s.add(Table(["factor / term", "kind", "effect", "95% CI", "share of the regression"], rows))
+        s.add(Table(["factor / term", "kind", "effect", "95% CI", "share of the regression"], rows,
+                    note="A share over 100%: the factor alone costs more than bad vs good in total, because "
+                         "another factor or a combination gives part of it back." if over else ""))
     else:
         s.p("The strategy recorded no per-factor effects.")
     if res.interactions:
@@ -71,13 +101,13 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
         s.add(Table(["factor", "probability it is involved"],
                     [[code(f), f"{p:.2f}"] for f, p in sorted(res.candidates, key=lambda x: -x[1])]))
     if res.confirmation:
-        s.add(Table(["confirmation arm (bad factors)", "expected", "n", "position (0 = good, 1 = bad)", "ok"],
+        s.add(Table(["confirmation arm (bad factors)", "expected", "n", "measured (position: 0 = good, 1 = bad; 95% CI)",
+                     "as expected"],
                     [[", ".join(x.get("arm") or []) or "(good)", x.get("expect", ""), str(x.get("n", "")),
-                      f"{num(x.get('position'))} ({num(x.get('position_low'))} .. {num(x.get('position_high'))})",
-                      "yes" if x.get("ok") else "**no**"] for x in res.confirmation]))
+                      _reads_as(x), "yes" if x.get("ok") else "**no**"] for x in res.confirmation]))
     plan = res.plan
     if isinstance(plan, dict) and plan.get("trials_per_arm"):
-        s.p(f"Noise seen: CV {plan.get('cv_good', 0) * 100:.1f}% (good), {plan.get('cv_bad', 0) * 100:.1f}% (bad); "
+        s.p(f"Noise seen: CV {_cv_pct(plan.get('cv_good'))} (good), {_cv_pct(plan.get('cv_bad'))} (bad); "
             f"resolving {min_effect * 100:g}% at this noise takes about {plan['trials_per_arm']} trials per arm.")
     return s
 

@@ -23,16 +23,34 @@ def _effect_text(res: BisectResult) -> str:
     return f"{pct(ratio)} ({pct(lo)} .. {pct(hi)})" if isinstance(ratio, (int, float)) else ""
 
 
+def terms_of(c: Campaign) -> tuple[str, str, str]:
+    """``(old, new, change)``: the campaign's names for its two sides and what it looked for
+    (``bisect --look-for`` / ``--term-old`` / ``--term-new``; good, bad, regression by default)."""
+    look_for = c.params.get("look_for") or "regression"
+    default = ("slow", "fast") if look_for == "improvement" else ("good", "bad")
+    return c.params.get("term_old") or default[0], c.params.get("term_new") or default[1], look_for
+
+
+def _unconfirmed(res: BisectResult) -> bool:
+    """The new-vs-old interval holds no change: a named commit is then only the likeliest place."""
+    eff = res.effect if isinstance(res.effect, dict) else {}
+    lo, hi = eff.get("ci_low"), eff.get("ci_high")
+    return isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo <= 1 <= hi
+
+
 def _answer(c: Campaign, res: BisectResult, status: str, good, bad) -> tuple[str, str]:
     """The one-sentence answer and its colour, from the result's ``status``, ``commit``, ``range``,
-    ``steps`` and ``top``."""
+    ``steps`` and ``top``, in the campaign's terms."""
+    old, new, change = terms_of(c)
     efftxt = _effect_text(res)
     info = res.commit_info if isinstance(res.commit_info, dict) else {}
     if status == "culprit" and res.commit:
         mass = res.mass if res.mass is not None else res.posterior
-        return (f"First bad commit: **`{res.commit[:12]}`** {info.get('subject') or ''}"
+        return (f"First {new} commit: **`{res.commit[:12]}`** {info.get('subject') or ''}"
                 + (f", posterior {mass:.2f}" if isinstance(mass, (int, float)) else "")
-                + (f"; its effect: {efftxt}" if efftxt else "") + "."), "bad"
+                + (f"; its effect: {efftxt}" if efftxt else "")
+                + (f". Not confirmed: the {new}-vs-{old} interval includes no change" if _unconfirmed(res) else "")
+                + "."), "bad"
     if status == "gradual":
         rng = res.range or []
         return ((f"A gradual change spread over {len(rng)} commits, `{str(rng[0])[:10]}` .. `{str(rng[-1])[:10]}`: "
@@ -48,20 +66,21 @@ def _answer(c: Campaign, res: BisectResult, status: str, good, bad) -> tuple[str
                                   if step.get("effect") is not None else ""))
         return f"Several steps: {'; '.join(parts)}.", "bad"
     if status == "no-regression":
-        return (f"No regression between `{str(good)[:12]}` and `{str(bad)[:12]}`"
+        return (f"No {change} between `{str(good)[:12]}` and `{str(bad)[:12]}`"
                 + (f" ({efftxt})" if efftxt else "") + "."), "good"
     if c.status != "done":
         return f"The bisection did not finish (status {c.status}); resume it with --resume {c.id}.", "unknown"
     reason = res.reason or "budget"
     if res.top:
-        return (f"Inconclusive ({reason}): the most likely first bad commits are "
+        return (f"Inconclusive ({reason}): the most likely first {new} commits are "
                 + ", ".join(f"`{str(sha)[:10]}` ({m:.0%})" for sha, m in res.top) + "."), "unknown"
     rng = res.range or []
-    return (f"Inconclusive ({reason}): the first bad commit is one of "
+    return (f"Inconclusive ({reason}): the first {new} commit is one of "
             f"{len(rng)} commits, {', '.join(f'`{x[:10]}`' for x in rng[:5])}" + ("…" if len(rng) > 5 else "") + "."), "unknown"
 
 
-def _path_section(res: BisectResult, trials: list[TrialResult], metric: str, status: str, good, bad) -> Section:
+def _path_section(res: BisectResult, trials: list[TrialResult], metric: str, status: str, good, bad,
+                  terms: tuple[str, str, str] = ("good", "bad", "regression")) -> Section:
     from .. import report_plots as plots
     s = Section("Bisection path")
     path = [(int(p), v) for p, v in (res.path or [])]
@@ -94,7 +113,9 @@ def _path_section(res: BisectResult, trials: list[TrialResult], metric: str, sta
     order = sorted(set(per) | set(fails), key=lambda sha: labels.index(sha) if sha in labels else 10 ** 6)
     for sha in order:
         v = per.get(sha, [])
-        mark = " ← first bad" if sha == res.commit else " (good end)" if sha == good else " (bad end)" if sha == bad else ""
+        old, new = terms[0], terms[1]
+        mark = (f" ← first {new}" if sha == res.commit else f" ({old} end)" if sha == good
+                else f" ({new} end)" if sha == bad else "")
         rows.append([str(labels.index(sha)) if sha in labels else "?", code(sha[:12]) + mark, str(len(v)),
                      num(statistics.median(v)) if v else "-", str(fails.get(sha, 0))])
     if rows:
@@ -113,12 +134,16 @@ def bisect_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Repor
     status = res.status if stored is not None else c.status
     good, bad = res.good or c.params.get("good"), res.bad or c.params.get("bad")
     answer, st = _answer(c, res, status, good, bad)
-    sections = [setup_section(c, trials, metric, hib, [["good", code(str(good)[:12])], ["bad", code(str(bad)[:12])],
+    terms = terms_of(c)
+    looked = [["looked for", f"the first commit that is {terms[1]} (a {terms[2]}), {terms[0]} before it"]] \
+        if terms != ("good", "bad", "regression") else []
+    sections = [setup_section(c, trials, metric, hib, looked + [[terms[0], code(str(good)[:12])],
+                                                                [terms[1], code(str(bad)[:12])],
                                                         ["arm on every commit", code(res.arm or c.params.get("arm"))],
                                                         ["candidate commits", str(res.candidates or c.params.get("candidates") or "-")]])]
-    sections.append(_path_section(res, trials, metric, status, good, bad))
+    sections.append(_path_section(res, trials, metric, status, good, bad, terms))
     sections.append(evidence_section(trials, metric, hib, [], by_commit=True))
     sections += trust_sections(store, trials, metric, hib, ok_values(trials, metric))
     answer += go_on(c, stored)
     return Report(f"bisect-lab report: bisection {c.id}", answer, st,
-                  [("good", str(good)[:12]), ("bad", str(bad)[:12]), ("trials", str(len(trials)))], sections)
+                  [(terms[0], str(good)[:12]), (terms[1], str(bad)[:12]), ("trials", str(len(trials)))], sections)

@@ -1,6 +1,11 @@
 """Benchmark a fixed workload and print SGLang ``bench_serving``-format results.
 
     python -m sglang_mini.bench_serving [--speculative-algorithm EAGLE3] [--output-file F]
+    python -m sglang_mini.bench_serving --backend sglang --port P [--host H] [--max-concurrency C]
+
+Without ``--backend`` (offline) it starts the engine itself, runs the workload and stops.
+With ``--backend sglang`` it measures a running ``sglang_mini.launch_server`` over HTTP
+(bench_online.py) and prints the same block and JSON line.
 
 Requests run one at a time (batch 1, as in decode-latency-bound serving).  Warmup
 requests run first and are not timed; throughput is measured over the timed requests
@@ -79,7 +84,7 @@ def print_result(m: dict) -> None:
     print("\n{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
     row("Backend", m["backend"])
     row("Traffic request rate", "inf")
-    row("Max request concurrency", 1)
+    row("Max request concurrency", m.get("max_concurrency", 1))
     row("Successful requests", m["completed"])
     row("Benchmark duration (s)", m["duration"])
     row("Total input tokens", m["total_input_tokens"])
@@ -88,7 +93,7 @@ def print_result(m: dict) -> None:
     row("Input token throughput (tok/s)", m["input_throughput"])
     row("Output token throughput (tok/s)", m["output_throughput"])
     row("Total token throughput (tok/s)", m["total_throughput"])
-    row("Concurrency", 1.0)
+    row("Concurrency", m.get("concurrency", 1.0))
     if m["speculative_algorithm"]:
         row("Accept length", m["accept_length"])
     row("Verify path", m["verify_path"] or "none")
@@ -133,7 +138,22 @@ def main(argv=None) -> int:
                     help="time the requests in wall time (default) or in the rank-0 worker's CPU "
                          "time: steadier on a shared, busy machine (CPU only)")
     ap.add_argument("--output-file", default=None, help="append one JSON line with the results")
+    on = ap.add_argument_group("against a running server (sglang_mini.launch_server)")
+    on.add_argument("--backend", default=None, help="sglang: measure the server at --host/--port over HTTP")
+    on.add_argument("--host", default="127.0.0.1")
+    on.add_argument("--port", type=int, default=30000)
+    on.add_argument("--base-url", default=None, help="instead of --host/--port")
+    on.add_argument("--max-concurrency", type=int, default=None, help="requests in flight (default 1)")
+    on.add_argument("--request-timeout-s", type=float, default=600.0)
+    # bench_serving's dataset spelling, for command lines written for SGLang
+    on.add_argument("--dataset-name", default="random", choices=["random"])
+    on.add_argument("--random-input-len", dest="input_len", type=int)
+    on.add_argument("--random-output-len", dest="output_len", type=int)
+    on.add_argument("--random-range-ratio", type=float, default=1.0, help="accepted; lengths are fixed")
     args = ap.parse_args(argv)
+    if args.backend is not None:
+        from .bench_online import run
+        return run(args)
 
     from .srt.entrypoints.engine import Engine, EngineError
     from .srt.server_args import ServerArgs

@@ -1,5 +1,6 @@
 """Engine: resolves the server arguments, prepares the worker environment, spawns the
-scheduler processes and drives a workload through them.
+scheduler processes and drives a workload (bench_serving) or single requests
+(launch_server) through them.
 
 Like SGLang's launcher, it does not hand its whole environment to the workers: they get
 an explicit, filtered copy (the variables a worker needs plus the feature-flag prefixes
@@ -83,6 +84,16 @@ class Engine:
         texts = self._recv(self.detok_ctrl, "text")
         for r, t in zip(result["requests"], texts):
             r["text"] = t
+        return result
+
+    def generate(self, prompt: list[int], max_new_tokens: int) -> dict:
+        """One request (batch 1) through the running workers: its timings, token counts,
+        the worker's CPU time for it (``cpu_s``) and its text."""
+        for c in self.sched_ctrls:
+            c.send(("generate", {"prompt": list(prompt), "max_new_tokens": int(max_new_tokens)}))
+        result = [self._recv(c, "result") for c in self.sched_ctrls][0]
+        self.detok_ctrl.send(("detokenize", [result.pop("output_ids")]))
+        result["text"] = self._recv(self.detok_ctrl, "text")[0]
         return result
 
     def shutdown(self) -> None:

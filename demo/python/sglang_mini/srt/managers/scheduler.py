@@ -2,7 +2,8 @@
 
 Each process builds its shard of the model, reports what it sees (pid, the NCCL_* /
 OEA_* variables of its own environment, the all-reduce algorithm it picked), then runs
-the benchmark workload in lockstep with its peers.  Rank 0 reports per-request timings.
+the benchmark workload (or, under launch_server, one request at a time) in lockstep
+with its peers.  Rank 0 reports per-request timings.
 """
 from __future__ import annotations
 
@@ -105,6 +106,17 @@ def run_scheduler_process(server_args, rank: int, shared, ctrl) -> None:
                     result = runner.run_workload(payload)
                 finally:
                     gc.enable()
+                ctrl.send(("result", result if rank == 0 else None))
+            if cmd == "generate":
+                # one request of a running server (launch_server): timed by the runner,
+                # plus this worker's CPU time for it (the server's --clock cpu readings)
+                c0 = time.thread_time()
+                gc.disable()
+                try:
+                    result = runner.generate(payload["prompt"], payload["max_new_tokens"])
+                finally:
+                    gc.enable()
+                result["cpu_s"] = time.thread_time() - c0
                 ctrl.send(("result", result if rank == 0 else None))
     except (EOFError, KeyboardInterrupt):
         pass
