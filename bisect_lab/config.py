@@ -27,9 +27,9 @@ def is_url(repo: str) -> bool:
 
 # Tables of an experiment file. Tables that are planned but not implemented are named, so a file
 # written for a later bisect-lab is told so instead of being called a typo.
-TABLES = ("target", "benchmark", "env", "host", "gpu", "design")
+TABLES = ("target", "benchmark", "env", "host", "gpu", "design", "cluster")
 TOP_KEYS = ("name",)
-NOT_YET = ("server", "cluster")
+NOT_YET = ("server",)
 
 
 def _no_nul(path: Path, where: str, text: str) -> str:
@@ -299,5 +299,7 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
             raise ConfigError(path, "name", f"expected a non-empty string (the experiment's name), got {name!r}")
         _no_nul(path, "name", name)
     name = name or path.stem
+    from .cluster_config import parse_cluster
+    cluster = parse_cluster(raw.get("cluster"), path, _Section)
     return Experiment(path=path, name=str(name), target=target, benchmark=bench, env=tuple(env),
-                      host=host, gpu=gpu, design=design, patchset=patchset)
+                      host=host, gpu=gpu, design=design, patchset=patchset, cluster=cluster)

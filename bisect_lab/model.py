@@ -155,6 +155,7 @@ class Experiment:
     gpu: GpuPolicy = GpuPolicy()
     design: Design = Design()
     patchset: PatchSet | None = None
+    cluster: ClusterConfig = field(default_factory=lambda: ClusterConfig())   # [cluster]: where trials run
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -209,3 +210,25 @@ class TrialResult:
     @property
     def ok(self) -> bool:
         return self.status is TrialStatus.OK
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``[cluster]``: the engine that runs trials. ``"ssh"`` is the ``[host]`` list; ``"slurm"``
+    submits jobs that each hold one node and run a block of trials (bisect_lab.fleet)."""
+
+    engine: str = "ssh"                      # "ssh" | "slurm"
+    partition: str | None = None
+    account: str | None = None
+    max_jobs: int = 1                        # nodes at once
+    gpus_per_node: int | None = None
+    exclusive: bool = True
+    time_limit_min: int = 120
+    nodelist: tuple[str, ...] = ()           # pin to these nodes
+    setup: tuple[str, ...] = ()              # shell lines run on the node before the worker
+    folder: str | None = None                # job folder on a filesystem the nodes share
+    pending_limit_min: float | None = None   # jobs pending longer: stop as inconclusive
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.engine == "slurm"

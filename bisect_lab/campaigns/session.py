@@ -62,7 +62,11 @@ class Session:
         # Arms parsed from now on tag their secrets with this results folder's key: the same
         # token gives the same stored spec in every run against these results (resume).
         use_key(self.store.redaction_key)
-        self.workers = [HostWorker(h, self.experiment, log=self.log) for h in self.hosts]
+        if self.experiment.cluster.is_slurm:     # [cluster] engine = "slurm": job slots instead of hosts
+            from ..fleet import slurm_workers
+            self.workers = slurm_workers(self.experiment, self.store, self.hosts, log=self.log)
+        else:
+            self.workers = [HostWorker(h, self.experiment, log=self.log) for h in self.hosts]
 
     def close(self) -> None:
         for w in self.workers:

@@ -1,0 +1,150 @@
+"""Trials on a real local Slurm (`[cluster] engine = "slurm"`): jobs submitted with sbatch through
+submitit, each holding one node; no mock of Slurm. CI starts it with .ci/slurm-setup.sh (two
+logical nodes, so that two jobs report two node names)."""
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from slurm_fixture import slurm  # noqa: F401  (the fixture)
+from test_cli_bisect import repo_with_history
+from test_cli_run import campaign_rows, cli, one_line_error
+from toyexp import make_toy
+
+CLUSTER = """
+[cluster]
+engine = "slurm"
+max_jobs = {max_jobs}
+time_limit_min = 10
+{more}
+"""
+
+
+def only_campaign(tmp_path) -> str:
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        (cid,), = db.execute("SELECT id FROM campaigns").fetchall()
+    return cid
+
+
+def slurm_toy(tmp_path, *, max_jobs=2, more="", **kw):
+    return make_toy(tmp_path, extra_toml=CLUSTER.format(max_jobs=max_jobs, more=more), **kw)
+
+
+def test_cluster_table_errors_are_one_line_exit_2(tmp_path):
+    exp = slurm_toy(tmp_path, more="max_job = 3")
+    assert "did you mean 'max_jobs'?" in one_line_error(cli(tmp_path, "run", exp), 2)
+    exp.write_text(exp.read_text().replace("max_job = 3", 'exclusive = "yes"'))
+    assert "[cluster.exclusive]: expected bool" in one_line_error(cli(tmp_path, "run", exp), 2)
+    exp.write_text(exp.read_text().replace('engine = "slurm"', 'engine = "pbs"'))
+    assert "[cluster.engine]" in one_line_error(cli(tmp_path, "run", exp), 2)
+
+
+@pytest.mark.slurm
+def test_run_measures_on_two_jobs_at_once(tmp_path, slurm):
+    exp = slurm_toy(tmp_path)
+    # Not --json: the progress lines (job states, queue waits) are the human output's.
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--patches", "all-minus slow", "--repeat", "1", timeout=180)
+    assert p.returncode == 0, p.stderr
+    cid = only_campaign(tmp_path)
+    rows = campaign_rows(tmp_path, cid, "trial, arm, host, status")
+    # `run` gives every job slot (a host) every arm, `--repeat` times each
+    assert sorted(r[1] for r in rows) == ["all"] * 2 + ["all-minus slow"] * 2
+    assert len(rows) == 4 and len({r[0] for r in rows}) == 4          # every trial stored once
+    assert {r[3] for r in rows} == {"ok"}
+    hosts = {r[2] for r in rows}
+    assert hosts <= set(slurm), hosts                                  # the node that ran it
+    if len(slurm) >= 2:
+        assert len(hosts) == 2, hosts                                  # both jobs measured
+    assert "slurm: job" in p.stderr and "running on" in p.stderr and "queue" in p.stderr, p.stderr
+    # the jobs were told to stop: none is left in the queue
+    left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert f"bisect-lab-{cid}" not in left
+
+
+@pytest.mark.slurm
+def test_attribute_and_bisect_on_slurm(tmp_path, slurm):
+    exp = slurm_toy(tmp_path / "a", max_jobs=1, effects={"slow": 0.7, "noop": 1.0})
+    p = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all", "--json", timeout=240)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["culprits"] == ["slow"], res["culprits"]
+    repo, good, shas, bexp = repo_with_history(tmp_path / "b", n=6, culprit=4)
+    bexp.write_text(bexp.read_text() + CLUSTER.format(max_jobs=1, more=""))
+    p = cli(tmp_path, "bisect", bexp, "--good", good, "--bad", "main", "--json", timeout=240)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["status"] == "culprit" and res["commit"] == shas[4], res
+
+
+@pytest.mark.slurm
+def test_a_job_cancelled_mid_trial_has_its_trial_retried_on_another_job(tmp_path, slurm):
+    exp = slurm_toy(tmp_path, max_jobs=1, bench_command="sleep 1.5; python3 bench.py")
+    proc = subprocess.Popen([sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+                             str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jobs = tmp_path / "res" / "slurm-jobs"
+    deadline = time.monotonic() + 90
+    killed = None
+    while time.monotonic() < deadline and killed is None:
+        for slot in jobs.glob("*/slot0.json"):
+            running = list((slot.parent / "slot0-0" / "running").glob("*.json"))
+            if running:
+                killed = json.loads(slot.read_text())["job_id"]
+                subprocess.run(["scancel", killed], check=True)
+        time.sleep(0.1)
+    assert killed, "no trial started"
+    out, err = proc.communicate(timeout=150)
+    assert proc.returncode == 0, err
+    rows = campaign_rows(tmp_path, only_campaign(tmp_path), "trial, status, host, error")
+    assert [r[1] for r in rows].count("ok") == 2           # the lost trial was measured again
+    lost = [r for r in rows if r[1] != "ok"]
+    # Killed by the job's SIGTERM (or lost with the job): stored as what it was, naming the job
+    assert len(lost) == 1 and lost[0][1] in ("killed", "host-error") and f"job {killed}" in lost[0][3], rows
+    node = lost[0][2]
+    assert node in slurm
+    assert f"warning: slurm node {node}:" in err and "retried on another job" in err, err
+
+
+@pytest.mark.slurm
+def test_unknown_partition_is_exit_2_before_submitting(tmp_path, slurm):
+    exp = slurm_toy(tmp_path, more='partition = "debgu"')
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    line = one_line_error(cli(tmp_path, "run", exp), 2)
+    assert "partition 'debgu' is not a partition of this Slurm" in line, line
+    parts = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True).stdout.split()
+    if "debug" in parts:
+        assert "did you mean 'debug'?" in line
+    assert not (tmp_path / "res" / "slurm-jobs").exists()
+    assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
+
+
+def test_without_sbatch_is_one_line_naming_it(tmp_path):
+    exp = slurm_toy(tmp_path)
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("git", "python3", "bash"):          # what the rest of the command may call
+        if shutil.which(tool):
+            os.symlink(shutil.which(tool), bare / tool)
+    line = one_line_error(cli(tmp_path, "run", exp, env={"PATH": str(bare)}), 2)
+    assert "sbatch is not on PATH" in line, line
+
+
+@pytest.mark.slurm
+def test_jobs_pending_past_the_limit_stop_as_inconclusive(tmp_path, slurm):
+    # Every node held by another job: ours can only wait in the queue.
+    holders = [subprocess.run(["sbatch", "--parsable", "-w", n, "--exclusive", "-o", "/dev/null", "--wrap",
+                               "sleep 120"], capture_output=True, text=True, check=True).stdout.strip()
+               for n in slurm]
+    try:
+        exp = slurm_toy(tmp_path, max_jobs=1, more="pending_limit_min = 0.1")
+        line = one_line_error(cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1"), 3)
+        assert "pending for more than 0.1 min (pending_limit_min)" in line and "--resume" in line, line
+    finally:
+        subprocess.run(["scancel", *holders])
+    left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert "bisect-lab-" not in left                   # our pending job was cancelled
