@@ -11,23 +11,23 @@ stored the moment it ends -> SIGTERM to the server's group, the tree killed afte
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 import re
 import shlex
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from .errors import HostError
-from .fingerprint import redact_value
+from .redact import redact_text as redact_value
 from .hosts.base import CAMPAIGN_VAR, Process
 from .model import Experiment, TrialResult, TrialStatus
 from .placeholders import shell_substitute, substitute
-from .runner import Attempt, TrialFailed, TrialSpec, _killed, _one_line, _tail
+from .trial import Attempt, TrialFailed, TrialSpec, _killed, _one_line, _tail
 from .store import SESSION_RUNNING, SessionRecord
 
-if TYPE_CHECKING:
-    from .runner import Executor, HostWorker
+# HostWorker and Executor (bisect_lab.runner) are named in annotations only: runner imports this module.
 
 Log = Callable[[str], None]
 
@@ -81,6 +81,20 @@ def url_status(host, url: str, timeout_s: float = 2.0) -> int:
     res = host.quick_python(_URL_PY, url, str(timeout_s), timeout_s=timeout_s + 30)
     out = res.stdout.strip()
     return int(out) if out.isdigit() else 0
+
+
+def _fresh_folder(host, path: str) -> None:
+    """An empty folder for the session (what a killed run left there goes first)."""
+    if host.is_local:
+        import shutil
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise HostError(f"cannot make the session folder {path}: {e.strerror or e}") from None
+        return
+    host.quick(f"rm -rf -- {shlex.quote(path)} && mkdir -p -- {shlex.quote(path)}", timeout_s=30).check(
+        "make the session folder")
 
 
 def _geomean(values: list[float]) -> float:
@@ -164,8 +178,7 @@ class ServerSession:
                 tree, env, extra = w.setup(att)
                 gpu_before = w.gpu_idle(att, extra)
                 sdir = posixpath.join(host.cache_root(), "out", self.campaign, f"session-{self.name}")
-                host.quick(f"rm -rf -- {shlex.quote(sdir)} && mkdir -p -- {shlex.quote(sdir)}", timeout_s=30).check(
-                    "make the session folder")
+                _fresh_folder(host, sdir)
                 log_path = posixpath.join(sdir, "server.log")
                 rec = replace(rec, log_path=log_path)
                 env = {**env, CAMPAIGN_VAR: self.campaign}

@@ -139,5 +139,85 @@ def test_ready_log_and_a_server_that_ignores_sigterm(tmp_path):
     assert ready_s >= 0.5                         # it waited for the log line, not for a port
     killed = [k["pid"] for k in stop["killed"]]
     assert any("toy_server.py" in k["cmdline"] for k in stop["killed"])
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in killed)
+    assert killed and not _our_servers(tmp_path)
+
+
+def test_port_taken_at_launch_and_launch_offsets_show_as_session_means(tmp_path):
+    # launch 0 finds its port taken (a real EADDRINUSE); launches 1 and 2 serve offsets +30 and 0
+    exp = served_toy(tmp_path, env={"TOY_SERVER_MODE": "busy-once", "TOY_OFFSETS": "0,30,0"})
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "2")
+    assert p.returncode == 0, p.stderr
+    assert "session s0: port " in p.stderr and " was taken when the server started; trying another" in p.stderr
+    r = results(tmp_path)
+    sessions = r.sessions()
+    assert list(sessions.session) == ["s0", "s1"] and set(sessions.status) == {"ok"}
+    assert (tmp_path / "state" / "launches").read_text() == "3"
+    trials = r.trials()
+    counted = trials[trials.tag != "warmup"]
+    means = counted.groupby("session").output_throughput.mean()
+    # the same tree, two launches: 70 + 30 and 70 + 0, each the mean of its own two readings
+    assert means["s0"] == pytest.approx(100, rel=0.03) and means["s1"] == pytest.approx(70, rel=0.03)
+    assert counted.groupby("session").output_throughput.std().max() < 3
+
+
+def test_resume_after_a_session_killed_midway_runs_it_again_as_a_new_session(tmp_path):
+    exp = served_toy(tmp_path, env={"TOY_BENCH_SLEEP": "0.2"})
+    proc = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "2", wait=False)
+    db_path = tmp_path / "res" / "bisect-lab.sqlite"
+    deadline = time.monotonic() + 60
+    rows = 0
+    while time.monotonic() < deadline and rows < 2:
+        time.sleep(0.1)
+        try:
+            with sqlite3.connect(db_path) as db:
+                rows = db.execute("SELECT COUNT(*) FROM trials WHERE session='s0'").fetchone()[0]
+        except sqlite3.Error:
+            pass
+    assert rows == 2, proc.communicate()                # s0: its warmup and one counted reading, then kill -9
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--resume", "--json")
+    assert p.returncode == 0, p.stderr
+    r = results(tmp_path)
+    sessions = r.sessions().set_index("session")
+    assert sessions.status.to_dict() == {"s0": "interrupted", "s1": "ok", "s2": "ok"}
+    trials = r.trials()
+    assert (trials.session == "s0").sum() == 2               # its partial readings stay stored ...
+    (arm,) = json.loads(p.stdout)["arms"]
+    assert arm["n"] == 4                                     # ... and never count: 2 sessions x 2 readings
+    # the killed run's server did not outlive it (its backstop, or the resume's leftover kill, ended it)
+    assert not _our_servers(tmp_path)
+
+
+def _our_servers(tmp_path) -> list[int]:
+    """Live toy servers of this test (their environment names its state folder)."""
+    mine = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "toy_server.py" in " ".join(p.info["cmdline"] or []) and \
+                    p.environ().get("TOY_STATE_DIR") == str(tmp_path / "state") and p.status() != psutil.STATUS_ZOMBIE:
+                mine.append(p.pid)
+        except psutil.Error:
+            pass
+    return mine
+
+
+def test_attribute_and_bisect_measure_in_sessions(tmp_path):
+    from gitrepos import GitRepo
+    exp = served_toy(tmp_path, server="readings = 1\nwarmup_readings = 0", effects={"slow": 0.7, "noop": 1.0})
+    p = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all", "--json", "--max-trials", "30")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["culprits"] == ["slow"]
+    repo = GitRepo(tmp_path / "target")
+    good = repo.head()
+    shas = [repo.commit(f"commit {i}", {f"log{i}.txt": "x\n", **({"knobs_regress.py": "FACTORS['regress'] = 0.75\n"}
+                                                                  if i == 2 else {})}) for i in range(1, 4)]
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--patches", "none", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["status"] == "culprit" and res["commit"] == shas[1]
+    # every value the searches were told was one launch: each stored reading belongs to a session
+    r = results(tmp_path)
+    trials, sessions = r.trials(), r.sessions()
+    assert trials.session.notna().all() and set(trials.session) <= set(sessions.session)
+    assert (sessions.groupby("campaign").size() >= 2).all() and len(sessions.campaign.unique()) == 2
