@@ -19,7 +19,8 @@ SERVERS = Path(__file__).resolve().parent / "servers"
 PY = sys.executable
 
 
-def served_toy(tmp_path, *, server: str = "", env: dict | None = None, effects=None, design: str = "") -> Path:
+def served_toy(tmp_path, *, server: str = "", env: dict | None = None, effects=None, design: str = "",
+               more: str = "") -> Path:
     """The toy target with its benchmark turned into a server + a client: [server] from ``server``
     (lines added to the defaults), the toy server's knobs in [env]."""
     env = {"TOY_STATE_DIR": str(tmp_path / "state"), **(env or {})}
@@ -29,6 +30,7 @@ def served_toy(tmp_path, *, server: str = "", env: dict | None = None, effects=N
     keys = {l.split("=")[0].strip() for l in server.strip().splitlines() if "=" in l}
     lines = [l for l in lines if l.split("=")[0].strip() not in keys] + server.strip().splitlines()
     toml = "\n[server]\n" + "\n".join(lines) + "\n\n[env]\n" + "".join(f'{k} = "{v}"\n' for k, v in env.items())
+    toml += more
     return make_toy(tmp_path, effects=effects, bench_command=f"{PY} {SERVERS}/toy_bench.py --port {{port}}",
                     timeout_s=10, extra_toml=toml, design=design)
 
@@ -221,3 +223,54 @@ def test_attribute_and_bisect_measure_in_sessions(tmp_path):
     trials, sessions = r.trials(), r.sessions()
     assert trials.session.notna().all() and set(trials.session) <= set(sessions.session)
     assert (sessions.groupby("campaign").size() >= 2).all() and len(sessions.campaign.unique()) == 2
+
+
+@pytest.mark.ssh
+def test_the_session_host_probes_and_stop_work_over_ssh(tmp_path, sshd):
+    """What a session does on the host (free port, readiness URL, SIGTERM to the group, the tree
+    killed after it), through a real SSH host; the CLI path is the same code as locally."""
+    from test_hosts import ssh_host
+
+    from bisect_lab.serving import free_port, url_status
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "knobs.py").write_text("FACTORS = {}\n")
+    with ssh_host(sshd) as h:
+        port = free_port(h)
+        assert 1024 <= port <= 65535
+        assert url_status(h, f"http://127.0.0.1:{port}/health", 1.0) == 0         # nobody there yet
+        proc = h.spawn(f"{PY} {SERVERS}/toy_server.py --port {port}", cwd=str(tmp_path / "tree"),
+                       env={"TOY_SERVER_MODE": "ignore-term", "TOY_STATE_DIR": str(tmp_path / "state")})
+        deadline = time.monotonic() + 20
+        while url_status(h, f"http://127.0.0.1:{port}/health", 1.0) != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert url_status(h, f"http://127.0.0.1:{port}/health", 1.0) == 200
+        assert url_status(h, f"http://127.0.0.1:{port}/nothing", 1.0) == 404
+        proc.terminate()                                     # ignored by the server ...
+        time.sleep(0.5)
+        assert _our_servers(tmp_path)
+        killed = proc.kill_tree()                            # ... so its tree is killed
+        assert any("toy_server.py" in k.cmdline for k in killed) and not _our_servers(tmp_path)
+        proc.close()
+
+
+def test_a_version_1_database_is_migrated_without_losing_rows(tmp_path):
+    from bisect_lab.store import SCHEMA_VERSION, Store
+    from bisect_lab.model import TrialResult, TrialStatus
+    res = tmp_path / "res"
+    with Store(res) as st:
+        cid = st.create_campaign("run", experiment="e", experiment_name="e", params={})
+        st.add_trial(TrialResult(campaign=cid, trial=0, arm="none", status=TrialStatus.OK, host="local",
+                                 started=1.0, duration_s=1.0, metrics={"m": 1.0}))
+    # make it what bisect-lab wrote before sessions: no session column, no sessions table, version 1
+    with sqlite3.connect(res / "bisect-lab.sqlite") as db:
+        db.execute("DROP TABLE sessions")
+        db.execute("ALTER TABLE trials DROP COLUMN session")
+        db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    old = results(tmp_path)                                  # read-only: read as it is
+    assert list(old.trials().session) == [None] and old.sessions().empty
+    with Store(res) as st:                                   # a writable open migrates
+        assert [t.metrics["m"] for t in st.trials(cid)] == [1.0] and st.sessions(cid) == []
+    with sqlite3.connect(res / "bisect-lab.sqlite") as db:
+        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
+        assert "session" in {r[1] for r in db.execute("PRAGMA table_info(trials)")}
+        assert db.execute("SELECT COUNT(*) FROM trials").fetchone() == (1,)
