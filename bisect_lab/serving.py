@@ -106,8 +106,8 @@ def _geomean(values: list[float]) -> float:
     return sum(vals) / len(vals)       # a metric that can be 0 or negative: the plain mean
 
 
-def session_result(rec: SessionRecord, readings: list[TrialResult], warmup: int, spec_tag: str | None,
-                   metrics: list[str]) -> TrialResult:
+def session_result(rec: SessionRecord, readings: list[TrialResult], warmup: int,
+                   spec_tag: str | None) -> TrialResult:
     """The one result that stands for a session (what a strategy is told): the geometric mean of
     its counted readings (after the first ``warmup``, ok ones); ok when at least one counted
     reading is ok, else the session's failure kind. It is not stored: its readings are."""
@@ -217,7 +217,11 @@ class ServerSession:
             w.owned_pids.add(proc.pid)
             t0 = time.monotonic()
             sampler = EnvSampler(w.host, w.expected_env(att.spec.arm))
-            why = self._wait_ready(proc, url, log_path, t0, sampler)
+            try:
+                why = self._wait_ready(proc, url, log_path, t0, sampler)
+            except BaseException:
+                proc.kill_tree()          # Ctrl-C while it loads: never leave it holding the GPU
+                raise
             if why is None:
                 extra["server_env"] = sampler.report().to_dict()
                 return _Launch(proc, port, time.monotonic() - t0)
@@ -247,7 +251,6 @@ class ServerSession:
             rc = proc.poll()
             text = self._log_text(log_path) if (rx is not None or rc is not None) else ""
             if rc is not None:
-                text = self._log_text(log_path)
                 if _PORT_IN_USE.search(text):
                     return "port"
                 return f"the server exited with status {rc} before it was ready"
@@ -377,7 +380,7 @@ class ServerSession:
         rec = replace(rec, status=status, readings=len(counted), finished=time.time(), stop=stop,
                       log_tail=redact_value(_tail(text, LOG_TAIL_LINES)))
         self.store.end_session(rec)
-        return session_result(rec, readings, self.server.warmup_readings, self.spec.tag, [])
+        return session_result(rec, readings, self.server.warmup_readings, self.spec.tag)
 
 
 # --------------------------------------------------------------------------- the executor's part
@@ -414,7 +417,7 @@ class SessionRunner:
         q = self._replay.get(spec.key)
         if q:
             rec, readings = q.pop(0)
-            result = session_result(rec, readings, ex.exp.server.warmup_readings, spec.tag, [])
+            result = session_result(rec, readings, ex.exp.server.warmup_readings, spec.tag)
             ex.replayed += 1
             ex.on_replay(result)
             return result

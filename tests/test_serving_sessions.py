@@ -172,19 +172,20 @@ def test_resume_after_a_session_killed_midway_runs_it_again_as_a_new_session(tmp
         time.sleep(0.1)
         try:
             with sqlite3.connect(db_path) as db:
-                rows = db.execute("SELECT COUNT(*) FROM trials WHERE session='s0'").fetchone()[0]
+                rows = db.execute("SELECT COUNT(*) FROM trials WHERE session='s1'").fetchone()[0]
         except sqlite3.Error:
             pass
-    assert rows == 2, proc.communicate()                # s0: its warmup and one counted reading, then kill -9
+    assert rows == 2, proc.communicate()     # s0 done; s1: its warmup and one counted reading, then kill -9
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     p = cli(tmp_path, "run", exp, "--patches", "all", "--resume", "--json")
     assert p.returncode == 0, p.stderr
     r = results(tmp_path)
     sessions = r.sessions().set_index("session")
-    assert sessions.status.to_dict() == {"s0": "interrupted", "s1": "ok", "s2": "ok"}
+    assert sessions.status.to_dict() == {"s0": "ok", "s1": "interrupted", "s2": "ok"}
+    assert (tmp_path / "state" / "launches").read_text() == "3"   # s0 was replayed, not launched again
     trials = r.trials()
-    assert (trials.session == "s0").sum() == 2               # its partial readings stay stored ...
+    assert (trials.session == "s1").sum() == 2               # its partial readings stay stored ...
     (arm,) = json.loads(p.stdout)["arms"]
     assert arm["n"] == 4                                     # ... and never count: 2 sessions x 2 readings
     # the killed run's server did not outlive it (its backstop, or the resume's leftover kill, ended it)
@@ -274,3 +275,26 @@ def test_a_version_1_database_is_migrated_without_losing_rows(tmp_path):
         assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
         assert "session" in {r[1] for r in db.execute("PRAGMA table_info(trials)")}
         assert db.execute("SELECT COUNT(*) FROM trials").fetchone() == (1,)
+
+
+def test_the_result_that_stands_for_a_session():
+    from bisect_lab.model import TrialResult, TrialStatus
+    from bisect_lab.serving import session_result
+    from bisect_lab.store import SessionRecord
+    rec = SessionRecord(campaign="c", session="s4", arm="all", host="h", commit="abc", tag=None, status="ok",
+                        port=1, started=10.0, ready_s=2.0, readings=3, finished=20.0, stop={}, log_path=None,
+                        log_tail="")
+
+    def reading(i, v, status=TrialStatus.OK):
+        return TrialResult(campaign="c", trial=i, arm="all", status=status, host="h", started=10.0 + i,
+                           duration_s=1.0, metrics={"m": v} if v else {}, session="s4", tree_hash="t")
+    # the first reading is the warmup one (1000, never counted); the crashed one is no measurement
+    r = session_result(rec, [reading(3, 1000), reading(4, 2.0), reading(5, None, TrialStatus.CRASHED),
+                             reading(6, 8.0)], 1, "x")
+    assert r.ok and r.metrics["m"] == pytest.approx(4.0) and r.session == "s4" and r.trial == 3
+    assert (r.tag, r.commit, r.duration_s) == ("x", "abc", 10.0)
+    died = SessionRecord(**{**rec.__dict__, "status": "server-died"})
+    r = session_result(died, [reading(3, 1000), reading(4, None, TrialStatus.SERVER_DIED)], 1, None)
+    assert r.status is TrialStatus.SERVER_DIED and not r.metrics
+    r = session_result(rec, [reading(3, 5.0), reading(4, None, TrialStatus.PARSE_ERROR)], 1, None)
+    assert r.status is TrialStatus.PARSE_ERROR         # the server stayed up, every counted reading failed
