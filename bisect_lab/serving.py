@@ -16,7 +16,7 @@ import posixpath
 import re
 import shlex
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .errors import HostError
@@ -156,7 +156,6 @@ class ServerSession:
     take_index: Callable[[], int]
     store: object
     log: Log
-    stop_info: dict = field(default_factory=dict)
 
     @property
     def server(self):
