@@ -212,13 +212,13 @@ def test_attribute_and_bisect_measure_in_sessions(tmp_path):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["culprits"] == ["slow"]
     repo = GitRepo(tmp_path / "target")
-    good = repo.head()
-    shas = [repo.commit(f"commit {i}", {f"log{i}.txt": "x\n", **({"knobs_regress.py": "FACTORS['regress'] = 0.75\n"}
-                                                                  if i == 2 else {})}) for i in range(1, 4)]
+    good = repo.commit("commit 1", {"log1.txt": "x\n"})
+    culprit = repo.commit("commit 2: slower", {"knobs_regress.py": "FACTORS['regress'] = 0.75\n"})
+    repo.commit("commit 3", {"log3.txt": "x\n"})
     p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--patches", "none", "--json")
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
-    assert res["status"] == "culprit" and res["commit"] == shas[1]
+    assert res["status"] == "culprit" and res["commit"] == culprit
     # every value the searches were told was one launch: each stored reading belongs to a session
     r = results(tmp_path)
     trials, sessions = r.trials(), r.sessions()
