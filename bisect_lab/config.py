@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .model import ATTRIBUTION_STRATEGIES, Benchmark, Design, Experiment, GpuPolicy, HostConfig, Target
+from .model import (ATTRIBUTION_STRATEGIES, Benchmark, Design, Experiment, GpuPolicy, HostConfig, ServerConfig,
+                    Target)
 from .patchset import load_patchset
 from .redact import is_secret_name, needs_tag, remember
 
@@ -27,9 +28,9 @@ def is_url(repo: str) -> bool:
 
 # Tables of an experiment file. Tables that are planned but not implemented are named, so a file
 # written for a later bisect-lab is told so instead of being called a typo.
-TABLES = ("target", "benchmark", "env", "host", "gpu", "design", "cluster")
+TABLES = ("target", "benchmark", "env", "host", "gpu", "design", "server", "cluster")
 TOP_KEYS = ("name",)
-NOT_YET = ("server",)
+NOT_YET: tuple[str, ...] = ()
 
 
 def _no_nul(path: Path, where: str, text: str) -> str:
@@ -293,6 +294,8 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
     if not 0.5 < design.confidence < 1:
         raise ConfigError(path, "design.confidence", f"expected a value between 0.5 and 1, got {design.confidence}")
 
+    server = _server(path, raw["server"]) if "server" in raw else None
+
     name = raw.get("name")
     if name is not None:
         if not isinstance(name, str) or not name.strip():
@@ -302,4 +305,31 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
     from .cluster_config import parse_cluster
     cluster = parse_cluster(raw.get("cluster"), path, _Section)
     return Experiment(path=path, name=str(name), target=target, benchmark=bench, env=tuple(env),
-                      host=host, gpu=gpu, design=design, patchset=patchset, cluster=cluster)
+                      host=host, gpu=gpu, design=design, patchset=patchset, server=server,
+                      cluster=cluster)
+
+
+def _server(path: Path, data) -> ServerConfig:
+    """The [server] table: how to launch, wait for and stop the arm's server."""
+    s = _Section(path, "server", data, {"command", "ready_url", "ready_log", "ready_timeout_s", "stop_timeout_s",
+                                        "readings", "warmup_readings"})
+    command = s.string("command", required=True, what="a shell command that starts the server")
+    ready_url = s.string("ready_url")
+    ready_log = s.string("ready_log")
+    if ready_url is None and ready_log is None:
+        raise ConfigError(path, "server", "needs ready_url = 'http://127.0.0.1:{port}/health' (polled until "
+                                          "HTTP 200) or ready_log = 'regex' (searched in the server's log)")
+    if ready_url is not None and not re.match(r"https?://", ready_url):
+        raise ConfigError(path, "server.ready_url", f"expected an http:// or https:// URL, got {ready_url!r}")
+    if ready_log is not None:
+        try:
+            re.compile(ready_log)
+        except re.error as e:
+            raise ConfigError(path, "server.ready_log", f"bad regex: {e}") from None
+    readings = s.data.get("readings", "auto")
+    if readings != "auto" and (isinstance(readings, bool) or not isinstance(readings, int) or readings < 1):
+        raise ConfigError(path, "server.readings", f'expected an integer >= 1 or "auto", got {readings!r}')
+    return ServerConfig(command=command, ready_url=ready_url, ready_log=ready_log,
+                        ready_timeout_s=s.real("ready_timeout_s", 900.0, positive=True),
+                        stop_timeout_s=s.real("stop_timeout_s", 60.0, positive=True),
+                        readings=readings, warmup_readings=s.integer("warmup_readings", 1, min=0))

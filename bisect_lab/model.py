@@ -145,6 +145,20 @@ class Design:
 
 
 @dataclass(frozen=True)
+class ServerConfig:
+    """A serving stack measured in sessions: one launch, ``warmup_readings`` + ``readings`` benchmark
+    runs against it, one clean stop (docs/contracts.md, Serving sessions)."""
+
+    command: str                             # run in the prepared tree; {port} is the session's port
+    ready_url: str | None = None             # polled until HTTP 200
+    ready_log: str | None = None             # regex searched in the server's log
+    ready_timeout_s: float = 900.0
+    stop_timeout_s: float = 60.0             # after SIGTERM, then the whole tree is killed
+    readings: int | str = "auto"             # readings per session, or "auto"
+    warmup_readings: int = 1                 # discarded readings after each launch
+
+
+@dataclass(frozen=True)
 class Experiment:
     path: Path | None                        # the TOML file (None when built in code)
     name: str
@@ -156,6 +170,7 @@ class Experiment:
     design: Design = Design()
     patchset: PatchSet | None = None
     cluster: ClusterConfig = field(default_factory=lambda: ClusterConfig())   # [cluster]: where trials run
+    server: ServerConfig | None = None       # None: every trial is its own session of one reading
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -174,6 +189,10 @@ class TrialStatus(str, enum.Enum):
     PARSE_ERROR = "parse-error"
     HOST_ERROR = "host-error"
     KILLED = "killed"            # ended by a signal bisect-lab did not send (OOM killer, an admin)
+    # Serving sessions: the arm's server never answered, or went away mid-session. Failures of the
+    # arm (its server), not of the machine: a retry would launch the same tree again.
+    SERVER_NOT_READY = "server-not-ready"
+    SERVER_DIED = "server-died"
 
     @property
     def is_infrastructure(self) -> bool:
@@ -206,6 +225,7 @@ class TrialResult:
     env_report: Mapping[str, object] = field(default_factory=dict)
     flags: tuple[str, ...] = ()              # e.g. "clock-differs", "throttled"
     tag: str | None = None                   # e.g. the pytest node id, or the strategy's label
+    session: str | None = None               # the server launch this reading belongs to ([server])
 
     @property
     def ok(self) -> bool:

@@ -17,45 +17,12 @@ from .fingerprint import redact_value
 from .hosts.base import CAMPAIGN_VAR, EXTERNAL_SIGNALS, Host, describe_signal, exit_signal
 from .model import Arm, Experiment, TrialResult, TrialStatus
 from .placeholders import shell_substitute
+# The records of one attempt live in trial.py (serving.py uses them too); imported from here as before.
+from .trial import Attempt, TrialFailed, TrialOutcome, TrialSpec, _killed, _one_line, _tail  # noqa: F401
 
 Log = Callable[[str], None]
 
 _ENV_SAMPLE_S = 0.2
-
-
-def _tail(text: str, lines: int = 20, chars: int = 2000) -> str:
-    out = "\n".join(text.strip().splitlines()[-lines:])
-    return out[-chars:]
-
-
-def _killed(procs) -> list[dict]:
-    """Killed processes as stored with the trial: pid and command line, secrets redacted."""
-    return [{"pid": k.pid, "cmdline": redact_value(k.cmdline)} for k in procs]
-
-
-def _one_line(text: str) -> str:
-    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
-    return lines[-1][:300] if lines else ""
-
-
-@dataclass(frozen=True)
-class TrialSpec:
-    """What to measure: an arm, optionally on another base commit (bisection, sweeps)."""
-
-    arm: Arm
-    commit: str | None = None
-    tag: str | None = None
-
-    @property
-    def key(self) -> tuple[str, str | None]:
-        return (self.arm.spec, self.commit)
-
-
-@dataclass
-class TrialOutcome:
-    result: TrialResult
-    extra: dict = field(default_factory=dict)
-    fingerprint_data: dict | None = None
 
 
 class HostWorker:
@@ -96,152 +63,159 @@ class HostWorker:
         return env
 
     def run(self, spec: TrialSpec, campaign: str, index: int) -> TrialOutcome:
-        started = time.time()
-        t0 = time.monotonic()
-        arm = spec.arm
-        commit = None
-        tree_hash = None
-
-        def fail(status: TrialStatus, error: str, extra: dict | None = None,
-                 env_report: dict | None = None) -> TrialOutcome:
-            return TrialOutcome(TrialResult(
-                campaign=campaign, trial=index, arm=arm.spec, status=status, host=self.host.name,
-                started=started, duration_s=time.monotonic() - t0, error=redact_value(error), commit=commit,
-                tree_hash=tree_hash, tag=spec.tag, env_report=env_report or {}), extra or {})
-
+        """One trial: tree, import check, GPU hygiene, the benchmark, its metrics and fingerprint."""
+        att = Attempt(self, spec, campaign, index)
         try:
-            commit = spec.commit or self.base_commit
-            from .trees import BuildError
-            try:
-                tree = self.prepare(spec)
-            except BuildError as e:
-                return fail(TrialStatus.BUILD_FAILED, str(e))
-            except PatchError as e:
-                return fail(TrialStatus.APPLY_FAILED, str(e))
-            tree_hash = tree.tree_hash
-            env = self.trial_env(arm, tree)
-            if self.exp.target.import_check:
-                key = (tree.key, tuple(sorted((k, v or "") for k, v in env.items())))
-                if key not in self._import_ok:
-                    # The benchmark's own interpreter, as the benchmark imports (no cwd on sys.path).
-                    self._import_ok[key] = self.trees.import_probe(tree, env, command=self.exp.benchmark.command)
-                probe = self._import_ok[key]
-                if not probe.ok:
-                    return fail(TrialStatus.IMPORT_CHECK_FAILED, probe.message, {"import": probe.to_dict()})
-            # Fresh and empty for every attempt: a resume after kill -9 reuses the killed trial's index.
-            out_dir = self.trees.trial_out_dir(campaign, index)
-
-            gpu_before = None
-            extra: dict = {"import": probe.to_dict()} if self.exp.target.import_check else {}
-            if self.exp.gpu.enabled:
-                from .gpu import wait_idle
-                idle = wait_idle(self.host, self.exp.gpu, owned_pids=self.owned_pids, log=self.log,
-                                 inspector=self._inspector())
-                gpu_before = getattr(idle, "snapshot", None)
-                if idle.killed:
-                    extra["killed_before"] = _killed(idle.killed)
-                if not idle.ok:
-                    return fail(TrialStatus.GPU_NOT_IDLE, idle.reason, extra)
-
-            command = shell_substitute(self.exp.benchmark.command, {"tree": tree.path, "out": out_dir})
-            from .envcheck import EnvSampler
-            sampler = EnvSampler(self.host, self.expected_env(arm))
-            bench_t0 = time.monotonic()
-            # The campaign id only travels with the benchmark (so that --resume can find what a
-            # killed run left behind): it is no part of the arm's environment or fingerprint.
-            proc = self.host.spawn(command, cwd=tree.path, env={**env, CAMPAIGN_VAR: campaign},
-                                   timeout_s=self.exp.benchmark.timeout_s)
-            self.owned_pids.add(proc.pid)
-            deadline = bench_t0 + self.exp.benchmark.timeout_s
-            rc = None
-            timed_out = False
-            try:
-                waits = iter((0.03, 0.07, 0.1))     # sample early too: short benchmarks exit fast
-                while True:
-                    pids = proc.descendants()
-                    self.owned_pids.update(pids)
-                    try:
-                        sampler.sample(pids)
-                    except HostError:
-                        pass     # a missed sample is not a failed trial
-                    if time.monotonic() > deadline:
-                        killed = proc.kill_tree()
-                        extra["killed"] = _killed(killed)
-                        timed_out = True
-                        break
-                    rc = proc.wait(next(waits, _ENV_SAMPLE_S))
-                    if rc is not None:
-                        break
-            except BaseException:
-                proc.kill_tree()      # Ctrl-C: never leave workers holding the GPU
-                raise
-            bench_s = time.monotonic() - bench_t0
-            if not timed_out:
-                # Children the benchmark left running in its session (a server started with `&`)
-                # would hold the GPU into the next trial: they are ours, so they go now.
-                leftovers = [k for k in proc.kill_tree() if k.pid != proc.pid]
-                if leftovers:
-                    extra["killed_after"] = _killed(leftovers)
-                    self.log(f"{self.host.name}: killed {len(leftovers)} process(es) the benchmark left running: "
-                             + ", ".join(f"{k.pid} ({redact_value(k.cmdline)[:60]})" for k in leftovers[:3]))
-            self._prune_owned()
-            stdout, stderr = proc.output()
-            close = getattr(proc, "close", None)
-            if close:
-                close()           # captured output lives in temp files (remote ones too)
-            extra["benchmark_s"] = bench_s
-            env_report = sampler.report()
-            extra["stdout_tail"] = redact_value(_tail(stdout, 40))
-            extra["stderr_tail"] = redact_value(_tail(stderr, 40))
-            er = env_report.to_dict()
-            from .nccl_log import nccl_info, nccl_warnings
-            nccl = nccl_info(stdout + "\n" + stderr)
-            if nccl:
-                # NCCL's own account (NCCL_DEBUG=INFO) beside what /proc showed.
-                extra["nccl"] = nccl
-                er["nccl"] = nccl
-                er["warnings"] = list(er.get("warnings", [])) + nccl_warnings(nccl, self.expected_env(arm))
-            said = _one_line(stderr) or _one_line(stdout)
-            sig = exit_signal(rc) if not timed_out else None
-            if timed_out or (sig is not None and bench_s >= self.exp.benchmark.timeout_s):
-                # The second case: the backstop (hosts.backstop) ended it past the deadline.
-                return fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s"
-                            + (f": {said}" if said else ""), extra, er)
-            if rc != 0:
-                if sig is None:
-                    msg = f"benchmark exited with {rc}: {said or '(no output)'}"
-                    return fail(TrialStatus.CRASHED, msg, extra, er)
-                # Not our kill (ours are timeouts): an outside kill is retried, a crash is the arm's.
-                msg = f"benchmark was {describe_signal(sig)}, exit status {rc}: {said or '(no output)'}"
-                status = TrialStatus.KILLED if sig in EXTERNAL_SIGNALS else TrialStatus.CRASHED
-                return fail(status, msg, extra, er)
-            from .parsers import ParseError, parse
-            try:
-                metrics = parse(self.exp.benchmark.parser, stdout, stderr,
-                                out_dir=out_dir if self.host.is_local else None,
-                                files=None if self.host.is_local else self._result_files(out_dir),
-                                patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric,
-                                secondary=[m for m, _ in self.exp.benchmark.secondary])
-            except ParseError as e:
-                # The benchmark's own words: what it printed instead of a result.
-                said = _one_line(stdout) or _one_line(stderr) or "(no output)"
-                return fail(TrialStatus.PARSE_ERROR, f"{e}; the benchmark printed: {said}", extra, er)
-
-            gpu_after = None
-            if self.exp.gpu.enabled and gpu_before is not None and gpu_before.has_gpu:
-                # Clocks and throttling right after the load: the state the benchmark ran in.
-                try:
-                    gpu_after = self._inspector().probe()
-                except HostError:
-                    pass
-            fp_id, fp_data, flags = self._fingerprint(tree, env, gpu_before, gpu_after)
-            result = TrialResult(
-                campaign=campaign, trial=index, arm=arm.spec, status=TrialStatus.OK, host=self.host.name,
-                started=started, duration_s=time.monotonic() - t0, metrics=metrics, commit=commit,
-                tree_hash=tree_hash, fingerprint=fp_id, env_report=er, flags=tuple(flags), tag=spec.tag)
-            return TrialOutcome(result, extra, fp_data)
+            tree, env, extra = self.setup(att)
+            gpu_before = self.gpu_idle(att, extra)
+            return self.benchmark(att, tree, env, extra, gpu_before)
+        except TrialFailed as f:
+            return f.outcome
         except HostError as e:
-            return fail(TrialStatus.HOST_ERROR, str(e))
+            return att.fail(TrialStatus.HOST_ERROR, str(e))
+
+    def setup(self, att: "Attempt"):
+        """The prepared tree, the trial's environment and the import check: ``(tree, env, extra)``;
+        :class:`TrialFailed` when the arm cannot be tested."""
+        from .trees import BuildError
+        att.commit = att.spec.commit or self.base_commit
+        try:
+            tree = self.prepare(att.spec)
+        except BuildError as e:
+            raise TrialFailed(att.fail(TrialStatus.BUILD_FAILED, str(e))) from None
+        except PatchError as e:
+            raise TrialFailed(att.fail(TrialStatus.APPLY_FAILED, str(e))) from None
+        att.tree_hash = tree.tree_hash
+        env = self.trial_env(att.spec.arm, tree)
+        extra: dict = {}
+        if self.exp.target.import_check:
+            key = (tree.key, tuple(sorted((k, v or "") for k, v in env.items())))
+            if key not in self._import_ok:
+                # The benchmark's own interpreter, as the benchmark imports (no cwd on sys.path).
+                self._import_ok[key] = self.trees.import_probe(tree, env, command=self.exp.benchmark.command)
+            probe = self._import_ok[key]
+            extra["import"] = probe.to_dict()
+            if not probe.ok:
+                raise TrialFailed(att.fail(TrialStatus.IMPORT_CHECK_FAILED, probe.message, dict(extra)))
+        return tree, env, extra
+
+    def gpu_idle(self, att: "Attempt", extra: dict):
+        """GPU hygiene before a launch: the snapshot it took (None without [gpu]); :class:`TrialFailed`
+        with ``gpu-not-idle`` when the GPUs stay busy."""
+        if not self.exp.gpu.enabled:
+            return None
+        from .gpu import wait_idle
+        idle = wait_idle(self.host, self.exp.gpu, owned_pids=self.owned_pids, log=self.log,
+                         inspector=self._inspector())
+        if idle.killed:
+            extra["killed_before"] = _killed(idle.killed)
+        if not idle.ok:
+            raise TrialFailed(att.fail(TrialStatus.GPU_NOT_IDLE, idle.reason, extra))
+        return getattr(idle, "snapshot", None)
+
+    def benchmark(self, att: "Attempt", tree, env, extra: dict, gpu_before, *, values: dict | None = None,
+                  also_sample: Callable[[], list[int]] | None = None) -> TrialOutcome:
+        """Run the benchmark command once and read its result: what a trial measures, and what each
+        reading of a serving session measures. ``values``: more placeholders (``{port}``);
+        ``also_sample``: more pids whose environment is checked (the server's tree)."""
+        campaign, index, arm = att.campaign, att.index, att.spec.arm
+        extra = dict(extra)
+        # Fresh and empty for every attempt: a resume after kill -9 reuses the killed trial's index.
+        out_dir = self.trees.trial_out_dir(campaign, index)
+        command = shell_substitute(self.exp.benchmark.command, {**(values or {}), "tree": tree.path, "out": out_dir})
+        from .envcheck import EnvSampler
+        sampler = EnvSampler(self.host, self.expected_env(arm))
+        bench_t0 = time.monotonic()
+        # The campaign id only travels with the benchmark (so that --resume can find what a
+        # killed run left behind): it is no part of the arm's environment or fingerprint.
+        proc = self.host.spawn(command, cwd=tree.path, env={**env, CAMPAIGN_VAR: campaign},
+                               timeout_s=self.exp.benchmark.timeout_s)
+        self.owned_pids.add(proc.pid)
+        deadline = bench_t0 + self.exp.benchmark.timeout_s
+        rc = None
+        timed_out = False
+        try:
+            waits = iter((0.03, 0.07, 0.1))     # sample early too: short benchmarks exit fast
+            while True:
+                pids = proc.descendants()
+                self.owned_pids.update(pids)
+                try:
+                    sampler.sample(pids + (also_sample() if also_sample else []))
+                except HostError:
+                    pass     # a missed sample is not a failed trial
+                if time.monotonic() > deadline:
+                    killed = proc.kill_tree()
+                    extra["killed"] = _killed(killed)
+                    timed_out = True
+                    break
+                rc = proc.wait(next(waits, _ENV_SAMPLE_S))
+                if rc is not None:
+                    break
+        except BaseException:
+            proc.kill_tree()      # Ctrl-C: never leave workers holding the GPU
+            raise
+        bench_s = time.monotonic() - bench_t0
+        if not timed_out:
+            # Children the benchmark left running in its session (a server started with `&`)
+            # would hold the GPU into the next trial: they are ours, so they go now.
+            leftovers = [k for k in proc.kill_tree() if k.pid != proc.pid]
+            if leftovers:
+                extra["killed_after"] = _killed(leftovers)
+                self.log(f"{self.host.name}: killed {len(leftovers)} process(es) the benchmark left running: "
+                         + ", ".join(f"{k.pid} ({redact_value(k.cmdline)[:60]})" for k in leftovers[:3]))
+        self._prune_owned()
+        stdout, stderr = proc.output()
+        close = getattr(proc, "close", None)
+        if close:
+            close()           # captured output lives in temp files (remote ones too)
+        extra["benchmark_s"] = bench_s
+        env_report = sampler.report()
+        extra["stdout_tail"] = redact_value(_tail(stdout, 40))
+        extra["stderr_tail"] = redact_value(_tail(stderr, 40))
+        er = env_report.to_dict()
+        from .nccl_log import nccl_info, nccl_warnings
+        nccl = nccl_info(stdout + "\n" + stderr)
+        if nccl:
+            # NCCL's own account (NCCL_DEBUG=INFO) beside what /proc showed.
+            extra["nccl"] = nccl
+            er["nccl"] = nccl
+            er["warnings"] = list(er.get("warnings", [])) + nccl_warnings(nccl, self.expected_env(arm))
+        said = _one_line(stderr) or _one_line(stdout)
+        sig = exit_signal(rc) if not timed_out else None
+        if timed_out or (sig is not None and bench_s >= self.exp.benchmark.timeout_s):
+            # The second case: the backstop (hosts.backstop) ended it past the deadline.
+            return att.fail(TrialStatus.TIMEOUT, f"benchmark timed out after {self.exp.benchmark.timeout_s:g} s"
+                            + (f": {said}" if said else ""), extra, er)
+        if rc != 0:
+            if sig is None:
+                msg = f"benchmark exited with {rc}: {said or '(no output)'}"
+                return att.fail(TrialStatus.CRASHED, msg, extra, er)
+            # Not our kill (ours are timeouts): an outside kill is retried, a crash is the arm's.
+            msg = f"benchmark was {describe_signal(sig)}, exit status {rc}: {said or '(no output)'}"
+            status = TrialStatus.KILLED if sig in EXTERNAL_SIGNALS else TrialStatus.CRASHED
+            return att.fail(status, msg, extra, er)
+        from .parsers import ParseError, parse
+        try:
+            metrics = parse(self.exp.benchmark.parser, stdout, stderr,
+                            out_dir=out_dir if self.host.is_local else None,
+                            files=None if self.host.is_local else self._result_files(out_dir),
+                            patterns=dict(self.exp.benchmark.patterns), metric=self.exp.benchmark.metric,
+                            secondary=[m for m, _ in self.exp.benchmark.secondary])
+        except ParseError as e:
+            # The benchmark's own words: what it printed instead of a result.
+            said = _one_line(stdout) or _one_line(stderr) or "(no output)"
+            return att.fail(TrialStatus.PARSE_ERROR, f"{e}; the benchmark printed: {said}", extra, er)
+
+        gpu_after = None
+        if self.exp.gpu.enabled and gpu_before is not None and gpu_before.has_gpu:
+            # Clocks and throttling right after the load: the state the benchmark ran in.
+            try:
+                gpu_after = self._inspector().probe()
+            except HostError:
+                pass
+        fp_id, fp_data, flags = self._fingerprint(tree, env, gpu_before, gpu_after)
+        result = att.result(TrialStatus.OK, metrics=metrics, fingerprint=fp_id, env_report=er, flags=tuple(flags))
+        return TrialOutcome(result, extra, fp_data)
 
     def end_leftovers(self, campaign: str) -> list[dict]:
         """Kill what an earlier run of ``campaign`` left running on this host (a bisect-lab killed
@@ -313,12 +287,14 @@ class Executor:
 
     Replays stored trials first (resume); retries infrastructure failures a bounded
     number of times; stores every attempt the moment it finishes; stops the campaign
-    with :class:`NoMeasurementError` when the benchmark fails on every try.
+    with :class:`NoMeasurementError` when the benchmark fails on every try. With ``[server]``
+    each spec is one serving session and its result stands for the session (bisect_lab.serving).
     """
 
     def __init__(self, experiment: Experiment, store, campaign: str, workers: list[HostWorker], *,
                  on_trial: Callable[[TrialResult], None] | None = None, log: Log | None = None,
-                 fail_fast_after: int = 3, on_replay: Callable[[TrialResult], None] | None = None):
+                 fail_fast_after: int = 3, on_replay: Callable[[TrialResult], None] | None = None,
+                 readings_for: Callable[[TrialSpec], int] | None = None):
         self.exp = experiment
         self.store = store
         self.campaign = campaign
@@ -336,6 +312,12 @@ class Executor:
         self.replayed = 0
         self._ok_seen = False
         self._failures: list[TrialResult] = []
+        # With [server] every spec is one serving session (bisect_lab.serving); ``readings_for(spec)``
+        # says how many readings it takes (default: the experiment's, 3 for "auto").
+        self._sessions = None
+        if experiment.server is not None:
+            from .serving import SessionRunner
+            self._sessions = SessionRunner(self, readings_for)
 
     @property
     def trials_total(self) -> int:
@@ -354,23 +336,26 @@ class Executor:
     def _attempt(self, worker: HostWorker, spec: TrialSpec) -> TrialResult:
         retries = max(0, self.exp.design.retries)
         for attempt in range(retries + 1):
-            stored = self._replay_pop(spec)
-            if stored is not None:
-                self.replayed += 1
-                result = stored
-                self.on_replay(result)
-            else:
-                out = worker.run(spec, self.campaign, self._take_index())
-                self.store.add_trial(out.result, extra=out.extra, fingerprint_data=out.fingerprint_data)
-                self.measured += 1
-                result = out.result
-                self.on_trial(result)
+            result = self._sessions.once(worker, spec) if self._sessions else self._once(worker, spec)
             if not result.status.is_infrastructure:
                 break
             self.log(f"{result.host}: {result.status.value} ({result.error}); "
                      f"{'retrying' if attempt < retries else 'giving up'}")
         self._check_fail_fast(result)
         return result
+
+    def _once(self, worker: HostWorker, spec: TrialSpec) -> TrialResult:
+        """One trial: the stored one a resume replays, else a new run, stored at once."""
+        stored = self._replay_pop(spec)
+        if stored is not None:
+            self.replayed += 1
+            self.on_replay(stored)
+            return stored
+        out = worker.run(spec, self.campaign, self._take_index())
+        self.store.add_trial(out.result, extra=out.extra, fingerprint_data=out.fingerprint_data)
+        self.measured += 1
+        self.on_trial(out.result)
+        return out.result
 
     def _check_fail_fast(self, result: TrialResult):
         from .errors import NoMeasurementError

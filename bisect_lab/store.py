@@ -29,8 +29,12 @@ from .errors import EXIT_NO_MEASUREMENT, BisectLabError, ConfigError
 from .model import TrialResult, TrialStatus
 from .jsonable import jsonable
 from .redact import redact_text, redact_tree
+from .store_sessions import (SESSION_COLUMNS, SESSION_INTERRUPTED, SESSION_RUNNING, SESSIONS_SCHEMA,  # noqa: F401
+                             SessionRecord, SessionTable)
 
-SCHEMA_VERSION = 1
+# 2: trials.session and the sessions table (serving sessions). A version-1 database is migrated on
+# its first writable open (the column added, no row touched); version 1 is still read as it is.
+SCHEMA_VERSION = 2
 DB_NAME = "bisect-lab.sqlite"
 # The key of the arms' secret tags (bisect_lab.redact): beside the database, never in it, so that
 # a shared database or report gives nothing to test a guessed password against.
@@ -72,11 +76,16 @@ CREATE TABLE IF NOT EXISTS trials (
     flags TEXT NOT NULL DEFAULT '[]',
     tag TEXT,
     extra TEXT NOT NULL DEFAULT '{}',
+    session TEXT,
     PRIMARY KEY (campaign, trial)
 );
 CREATE INDEX IF NOT EXISTS trials_arm ON trials(campaign, arm);
 CREATE TABLE IF NOT EXISTS fingerprints (id TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
+# The columns of a trial row, in the order _trial reads them (a migrated database has session last too).
+_TRIAL_COLUMNS = ("campaign, trial, arm, status, host, started, duration_s, metrics, error, commit_sha, tree_hash, "
+                  "fingerprint, env_report, flags, tag, extra, session")
+
 
 
 class StoreError(BisectLabError):
@@ -199,7 +208,7 @@ def load_or_create_key(results_dir: str | os.PathLike) -> bytes:
     raise StoreError(f"{path}: empty redaction key; remove it to make a new one")
 
 
-class Store:
+class Store(SessionTable):
     """Campaigns, trials and fingerprints in one SQLite file. Thread-safe."""
 
     def __init__(self, results_dir: str | os.PathLike, *, create: bool = True, read_only: bool = False):
@@ -320,12 +329,18 @@ class Store:
     # ------------------------------------------------------------------ schema
     def _migrate(self):
         with self._lock:
-            self._db.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+            self._db.executescript("BEGIN;" + _SCHEMA + SESSIONS_SCHEMA + "COMMIT;")
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             else:
                 self._check_version(row)
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
+            if "session" not in cols:
+                # version 1: every row stays; its trials were sessions of one reading (session NULL)
+                self._db.execute("ALTER TABLE trials ADD COLUMN session TEXT")
+            if row is not None and int(row[0]) < SCHEMA_VERSION:
+                self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
     # ------------------------------------------------------------------ write failures
     def _write(self, what: str, op, *, spool=None):
@@ -498,12 +513,13 @@ class Store:
                     self._db.execute("INSERT OR IGNORE INTO fingerprints VALUES (?, ?)",
                                      (t.fingerprint, _stored(fingerprint_data)))
                 self._db.execute(
-                    "INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO trials ({_TRIAL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     # t.arm is left as it is: a canonical spec carries tags, not secrets, and is
                     # what a resume matches on.
                     (t.campaign, t.trial, t.arm, t.status.value, t.host, t.started, t.duration_s,
                      dumps(dict(t.metrics)), redact_text(t.error), t.commit, t.tree_hash, t.fingerprint,
-                     _stored(dict(t.env_report)), dumps(list(t.flags)), redact_text(t.tag), _stored(extra or {})))
+                     _stored(dict(t.env_report)), dumps(list(t.flags)), redact_text(t.tag), _stored(extra or {}),
+                     t.session))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -533,7 +549,7 @@ class Store:
             pass
 
     def trials(self, cid: str | None = None) -> list[TrialResult]:
-        q = "SELECT * FROM trials" + (" WHERE campaign=?" if cid else "") + " ORDER BY campaign, trial"
+        q = f"SELECT {self._trial_cols()} FROM trials" + (" WHERE campaign=?" if cid else "") + " ORDER BY campaign, trial"
         with self._lock:
             rows = self._db.execute(q, (cid,) if cid else ()).fetchall()
         return [self._trial(r) for r in rows]
@@ -544,7 +560,8 @@ class Store:
         arms = list(arms)
         if not arms:
             return []
-        q = ("SELECT t.* FROM trials t JOIN campaigns c ON c.id = t.campaign WHERE t.status = 'ok' AND t.arm IN ("
+        cols = ", ".join("t." + c.strip() for c in self._trial_cols().split(","))
+        q = (f"SELECT {cols} FROM trials t JOIN campaigns c ON c.id = t.campaign WHERE t.status = 'ok' AND t.arm IN ("
              + ",".join("?" * len(arms)) + ")")
         args: list = list(arms)
         if experiment is not None:
@@ -555,7 +572,7 @@ class Store:
             args.append(host)
         with self._lock:
             rows = self._db.execute(q + " ORDER BY t.started, t.campaign, t.trial", args).fetchall()
-        return [self._trial(r[:16]) for r in rows]
+        return [self._trial(r) for r in rows]
 
     def trial_extra(self, cid: str, trial: int) -> dict:
         with self._lock:
@@ -572,7 +589,14 @@ class Store:
         return TrialResult(campaign=r[0], trial=r[1], arm=r[2], status=status, host=r[4], started=r[5],
                            duration_s=r[6], metrics=metrics, error=r[8], commit=r[9], tree_hash=r[10],
                            fingerprint=r[11], env_report=json.loads(r[12]), flags=tuple(json.loads(r[13])),
-                           tag=r[14])
+                           tag=r[14], session=r[16] if len(r) > 16 else None)
+
+    def _trial_cols(self) -> str:
+        """The trial columns this database has: a version-1 database read as it is has no session."""
+        if not hasattr(self, "_has_session"):
+            with self._lock:
+                self._has_session = "session" in {r[1] for r in self._db.execute("PRAGMA table_info(trials)")}
+        return _TRIAL_COLUMNS if self._has_session else _TRIAL_COLUMNS.rsplit(",", 1)[0]
 
     def fingerprint(self, fid: str) -> dict | None:
         with self._lock:
@@ -589,12 +613,12 @@ class Store:
                 "campaign": t.campaign, "trial": t.trial, "arm": t.arm, "status": t.status.value,
                 "host": t.host, "started": pd.Timestamp(t.started, unit="s", tz="UTC"),
                 "duration_s": t.duration_s, "commit": t.commit, "tag": t.tag, "error": t.error,
-                "fingerprint": t.fingerprint, "flags": ",".join(t.flags)}
+                "fingerprint": t.fingerprint, "flags": ",".join(t.flags), "session": t.session}
             for k, v in t.metrics.items():
                 row[k] = v
             rows.append(row)
         cols = ["campaign", "trial", "arm", "status", "host", "started", "duration_s", "commit", "tag",
-                "error", "fingerprint", "flags"]
+                "error", "fingerprint", "flags", "session"]
         return pd.DataFrame(rows, columns=None if rows else cols)
 
 
@@ -606,6 +630,11 @@ class Results:
 
     def trials(self, campaign: str | None = None):
         return self.store.trials_frame(campaign)
+
+    def sessions(self, campaign: str | None = None):
+        """One row per serving session (one launch of an arm's server): ``session, campaign, arm,
+        host, status, ready_s, readings``; empty for campaigns without ``[server]``."""
+        return self.store.sessions_frame(campaign)
 
     def campaigns(self):
         import pandas as pd

@@ -46,8 +46,11 @@ def _measure(session: Session, arms: list[Arm], *, repeat: int, commit: str | No
 
 
 def judged_trials(session: Session) -> list[TrialResult]:
-    """The open campaign's trials that count (warmup rounds left out)."""
-    return [t for t in session.store.trials(session.campaign) if t.tag != "warmup"]
+    """The open campaign's trials that count: warmup rounds and warmup readings left out, and the
+    readings of serving sessions that a killed run interrupted (they were measured again)."""
+    from ..store import SESSION_INTERRUPTED
+    lost = {s.session for s in session.store.sessions(session.campaign) if s.status == SESSION_INTERRUPTED}
+    return [t for t in session.store.trials(session.campaign) if t.tag != "warmup" and t.session not in lost]
 
 
 def with_baseline(arms: list[Arm], baseline: Arm | None) -> list[Arm]:

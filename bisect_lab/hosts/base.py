@@ -117,6 +117,11 @@ class Process(ABC):
     def close(self) -> None:
         """Forget the captured output files (call after :meth:`output`); idempotent."""
 
+    def terminate(self) -> None:
+        """Ask the whole process group to stop (SIGTERM); a clean stop for a server. Returns at once:
+        wait for the tree to go (:meth:`descendants`), then :meth:`kill_tree` what stayed."""
+        raise NotImplementedError
+
 
 class Host(ABC):
     """Where commands run. Subclasses: LocalHost, SSHHost."""

@@ -148,6 +148,13 @@ class LocalProcess(Process):
             pass
         return killed
 
+    def terminate(self):
+        # The command leads its own session and group (start_new_session): the group is its tree.
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def output(self):
         read = lambda p: p.read_text(errors="replace") if p.exists() else ""
         return read(self._out), read(self._err)

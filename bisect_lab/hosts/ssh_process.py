@@ -338,6 +338,10 @@ class SSHProcess(Process):
         self.wait(5)
         return killed
 
+    def terminate(self) -> None:
+        # The wrapper leads its own group on the host; no group any more is fine.
+        self.host.connection.helper(f"kill -TERM -- -{int(self.pid)} 2>/dev/null; true")
+
     def output(self) -> tuple[str, str]:
         def read(name: str) -> str:
             try:
