@@ -75,3 +75,11 @@ def test_server_cli_error_is_one_line_exit_2(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     (line,) = [l for l in p.stderr.splitlines() if l.startswith("bisect-lab: error:")]
     assert "needs ready_url" in line
+
+
+def test_server_with_a_slurm_cluster_is_refused_in_one_line(tmp_path):
+    """Sessions do not run in Slurm jobs yet: said at load time (exit 2), not found out mid-campaign."""
+    p = write(tmp_path, BASE + 'ready_log = "ready"\n[cluster]\nengine = "slurm"\npartition = "debug"\n')
+    with pytest.raises(ConfigError) as e:
+        load_experiment(p)
+    assert "do not run in Slurm jobs yet" in str(e.value)
