@@ -13,11 +13,11 @@ Every command module has three parts:
 """
 from __future__ import annotations
 
-from . import attribute, bisect, cache, diff, gpu, patches, report, run, sweep
+from . import attribute, bisect, cache, diff, gpu, log, patches, report, run, sweep
 from ._context import Context, bundled_demo
 
 # the order of ``bisect-lab --help``
-COMMANDS = (run, attribute, bisect, patches, cache, gpu, diff, report, sweep)
+COMMANDS = (run, attribute, bisect, patches, cache, gpu, diff, report, log, sweep)
 
 
 def setup_arguments(subparsers) -> None:

@@ -8,6 +8,7 @@ between this campaign's own trial completions times the trials left (replayed tr
 took no time and are not part of it)."""
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 import time
@@ -16,6 +17,17 @@ from typing import Callable
 # Campaign kinds whose strategy may stop before its budget: their total reads "at most".
 EARLY_STOPPING = ("attribute", "bisect")
 ETA_AFTER = 3          # completions between trials measured before an ETA is shown
+
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07]*(?:\x07|\x1b\\\\)|[@-Z\\\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal escapes and control characters, and without a trailing colon: a
+    benchmark's last line that is only a colour reset or a cursor move must not leave
+    "timed out after 3 s: " with nothing after it."""
+    return _CONTROL.sub("", _ANSI.sub("", text or "")).strip().rstrip(":").rstrip()
 
 
 def duration(seconds: float) -> str:
@@ -131,7 +143,9 @@ class Progress:
         self.done += 1
         self._kind(r.campaign)
         v = r.metrics.get(self.metric)
-        value = f"{v:.2f} {self.metric}" if r.ok and v is not None else f"{r.status.value}: {r.error[:120]}"
+        error = printable(r.error)
+        value = (f"{v:.2f} {self.metric}" if r.ok and v is not None
+                 else f"{r.status.value}: {error[:120]}" if error else r.status.value)
         what = self.measured(r)
         if self.bar:
             from rich.markup import escape
