@@ -32,12 +32,12 @@ def one_error_line(err: str) -> str:
     return lines[0]
 
 
-NAMES = ["run", "attribute", "bisect", "patches", "cache", "gpu", "diff", "report", "sweep"]
+NAMES = ["run", "attribute", "bisect", "patches", "cache", "gpu", "diff", "report", "log", "sweep"]
 # the shortest argv that reaches each command's run_from_args
 MINIMAL = {"run": ["run"], "attribute": ["attribute", "--good", "none", "--bad", "all"],
            "bisect": ["bisect", "--good", "a", "--bad", "b"], "patches": ["patches", "list"], "cache": ["cache"],
            "gpu": ["gpu", "status"], "diff": ["diff", "a", "b"], "report": ["report", "latest"],
-           "sweep": ["sweep", "s.toml"]}
+           "log": ["log"], "sweep": ["sweep", "s.toml"]}
 
 
 def test_every_command_is_a_module_whose_parser_calls_its_own_run_from_args():

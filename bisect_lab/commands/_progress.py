@@ -126,10 +126,10 @@ class Progress:
         return any(k in EARLY_STOPPING for k in self._kinds.values())
 
     def budget(self) -> str:
-        """``9/60``, ``9/at most 60`` for a search, ``9`` before any plan."""
+        """``9/60``, ``9/60 at most`` for a search, ``9`` before any plan."""
         if self.total is None:
             return str(self.done)
-        return f"{self.done}/{'at most ' if self._early else ''}{max(self.total, self.done)}"
+        return f"{self.done}/{max(self.total, self.done)}{' at most' if self._early else ''}"
 
     def trial(self, r):
         # Redacted before rich lays the line out: a secret folded over two lines is not found later.
