@@ -103,3 +103,29 @@ def test_a_patch_that_does_not_apply_names_its_hunk(tmp_path):
     patch_lines = (tmp_path / "bad" / "tweak.patch").read_text().splitlines()
     assert patch_lines[int(hunk[2]) - 1].startswith(hunk[3])
     assert git(repo.path, "status", "--porcelain") == ""      # the checkout untouched
+
+
+def test_run_order_plot_colours_every_arm_of_an_attribution_with_a_legend():
+    """An attribution measures many combinations: their run-order plot used to turn grey with no
+    legend past 12 arms. Read back from the PNG: each arm's colour is there."""
+    import io
+
+    import matplotlib.image
+    from bisect_lab import report_plots
+    arms = ["none", "all"] + [f"only f{k}" for k in range(16)]
+    points = [(i, arms[i % len(arms)], 100.0 + (i % len(arms))) for i in range(4 * len(arms))]
+    colours = report_plots.arm_colours(arms)
+    assert len(set(colours.values())) == len(arms) and None not in colours.values()
+    png = matplotlib.image.imread(io.BytesIO(report_plots.run_order(points, "tok/s", arms)), format="png")
+    import numpy as np
+    from matplotlib.colors import to_rgb
+    pixels = png[..., :3].reshape(-1, 3)
+
+    def drawn(colour):          # a marker drawn at alpha 0.85 on white
+        want = 0.85 * np.array(to_rgb(colour)) + 0.15
+        return bool((np.abs(pixels - want).max(axis=1) < 0.02).any())
+
+    assert all(drawn(c) for c in colours.values()), [a for a, c in colours.items() if not drawn(c)]
+    many = arms + [f"only g{k}" for k in range(10)]
+    counted = report_plots.arm_colours(many, {"none": 9, "all": 9})
+    assert counted["none"] and counted["all"] and list(counted.values()).count(None) == len(many) - 19
