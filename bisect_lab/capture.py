@@ -46,13 +46,13 @@ def sanitize_name(text: str) -> str:
 def parse_split(split: Iterable[str]) -> tuple[bool, list[tuple[str, str]]]:
     """``["file", "GLOB=NAME", ...]`` -> (per_file, [(glob, name), ...]).
 
-    ``file`` (the default) gives one patch per file for files no glob claims. A glob matches the
+    ``file`` (or ``files``; the default) gives one patch per file for files no glob claims. A glob matches the
     repository-relative path with :func:`fnmatch.fnmatch` (``*`` also crosses ``/``); the first
     matching rule wins.
     """
     rules: list[tuple[str, str]] = []
     for item in split:
-        if item == "file":
+        if item in ("file", "files"):
             continue
         if "=" not in item:
             raise UsageError(f"--split {item!r}: expected 'file' or GLOB=NAME")
@@ -134,9 +134,12 @@ def capture(repo_path: str | os.PathLike, out_dir: str | os.PathLike, *, split: 
     files, not the stash) — or the changes of ``range`` ``A..B`` — as patch files plus a
     ``patchset.toml`` into ``out_dir``; return ``out_dir``.
 
-    One patch per file by default; ``split=["GLOB=NAME", ...]`` groups matching files into patch
-    ``NAME`` (first matching glob wins; others stay one per file). Patches apply to ``HEAD`` (or to
-    ``A`` for a range); the manifest's ``[capture]`` table records that base commit. The checkout is
+    Uncommitted changes: one patch per file by default; ``split=["GLOB=NAME", ...]`` groups
+    matching files into patch ``NAME`` (first matching glob wins; others stay one per file). A
+    range: one patch per commit (merges left out), as ``git format-patch A..B`` gives, each named
+    after its commit's subject and requiring the earlier ones that touch the same files; with
+    ``split`` (``["files"]`` or globs) the range's whole diff is split by file instead. Patches
+    apply to ``HEAD`` (or to ``A`` for a range); the manifest's ``[capture]`` table records that base commit. The checkout is
     never modified. ``force`` allows writing into a folder that already holds a manifest.
     """
     repo = Path(repo_path).resolve()
@@ -168,6 +171,8 @@ def _capture(repo: Path, out: Path, user_repo, g: _Git, split: Iterable[str], ra
             a, b = range.split("..", 1)
             base = _resolve(g, user_repo, a or "HEAD", "--range")
             tip = _resolve(g, user_repo, b or "HEAD", "--range")
+            if not list(split):
+                return _capture_commits(repo, out, g, base, tip, range)
             diff_args = [base, tip]
             gd = g
             origin = f"commit range {range} ({base[:12]}..{tip[:12]})"
@@ -208,6 +213,52 @@ def _capture(repo: Path, out: Path, user_repo, g: _Git, split: Iterable[str], ra
         lines += ["[capture]", f"repo = {_toml(str(repo))}", f"base = {_toml(base)}",
                   f"range = {_toml(range) if range else _toml('')}", ""]
         (out / MANIFEST).write_text("\n".join(lines))
+    return out
+
+
+def _patch_name(subject: str, taken: set[str]) -> str:
+    """A patch name from a commit subject, as format-patch names its files: at most 40 characters,
+    cut at a word, unique (``-2``, ``-3`` ... when two subjects read the same)."""
+    name = sanitize_name(subject)
+    if len(name) > 40:
+        name = name[:41].rsplit("-", 1)[0] or name[:40]
+    base, i = name, 2
+    while name in taken:
+        name = f"{base}-{i}"
+        i += 1
+    taken.add(name)
+    return name
+
+
+def _capture_commits(repo: Path, out: Path, g: _Git, base: str, tip: str, range: str) -> Path:
+    """One patch per commit of ``base..tip`` (merges left out), oldest first, as format-patch."""
+    shas = g("rev-list", "--reverse", "--no-merges", f"{base}..{tip}").decode().split()
+    if not shas:
+        raise UsageError(f"nothing to capture in {repo}: range {range} holds no commits (merges are left out)")
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Captured by bisect-lab patches capture; edit names, aliases and descriptions freely.",
+             f"# One patch per commit of {range} ({base[:12]}..{tip[:12]}); they apply to {base} in this order.", ""]
+    taken: set[str] = set()
+    touched: list[tuple[str, set[str]]] = []        # (patch name, files) of the commits so far
+    for k, sha in enumerate(shas, 1):
+        subject = g("log", "-1", "--format=%s", sha).decode(errors="replace").strip()
+        header = g("log", "-1", f"--format=From %H Mon Sep 17 00:00:00 2001%nFrom: %an <%ae>%nDate: %aD%n"
+                               f"Subject: [PATCH {k}/{len(shas)}] %s%n", sha)
+        diff = g("diff", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff", f"{sha}^", sha)
+        files = {f for f in g("diff", "--name-only", "-z", "--no-renames", f"{sha}^", sha).decode(
+            errors="surrogateescape").split("\0") if f}
+        if not diff.strip():
+            continue                              # an empty commit: format-patch skips it too
+        name = _patch_name(subject, taken)
+        (out / f"{name}.patch").write_bytes(header + b"---\n" + diff)
+        # a commit touching a file an earlier one touched may not apply without it
+        requires = [n for n, fs in touched if fs & files]
+        touched.append((name, files))
+        lines += ["[[patch]]", f"name = {_toml(name)}", f"file = {_toml(name + '.patch')}",
+                  f"description = {_toml(f'commit {sha[:12]}: {subject}')}", "required = false",
+                  f"requires = [{', '.join(_toml(n) for n in requires)}]", ""]
+    lines += ["[capture]", f"repo = {_toml(str(repo))}", f"base = {_toml(base)}", f"range = {_toml(range)}", ""]
+    (out / MANIFEST).write_text("\n".join(lines))
     return out
 
 

@@ -119,6 +119,10 @@ def _main(argv: list[str], debug: bool) -> int:
         if debug:
             raise
         msg = " ".join(str(e).split("\n")[:1]) if not isinstance(e, _multi_line_errors()) else str(e)
+        from .commands import _context
+        if _context.demo_in_use and "valid names" in msg:
+            # the names listed are the demo's: no EXPERIMENT was given
+            msg += " (these are the bundled demo's names: no EXPERIMENT was given)"
         print(f"bisect-lab: error: {msg}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:

@@ -1,13 +1,22 @@
-"""Default locations: results in ./results (never inside the target repository), cache in the
-user cache dir.
+"""Default locations: results beside the experiment (never inside the target repository), cache
+in the user cache dir.
 
-The results default is ``./results``, except when the current folder is inside the experiment's
-target repository (the checkout, or the plain folder, that ``[target] repo`` names): bisect-lab never creates
-files in the user's checkout, so there the default is the user data dir,
-``$XDG_DATA_HOME/bisect-lab/results/<target-folder-name>-<hash of its path>`` (``XDG_DATA_HOME``
-defaults to ``~/.local/share``). Commands without an experiment (``report``, ``diff``) look there
-too, from the same folder, so ``report latest`` finds what ``run`` stored. ``--results`` and
-``BISECT_LAB_RESULTS`` override both.
+Where a campaign's results go, first match wins:
+
+1. ``--results``, then ``BISECT_LAB_RESULTS``;
+2. the bundled demo: the user data dir, ``$XDG_DATA_HOME/bisect-lab/results/demo``
+   (``XDG_DATA_HOME`` defaults to ``~/.local/share``);
+3. an experiment file inside its own target repository (the checkout, or the plain folder, that
+   ``[target] repo`` names): bisect-lab never creates files in the user's checkout, so the user
+   data dir, ``$XDG_DATA_HOME/bisect-lab/results/<target-folder-name>-<hash of its path>``;
+4. otherwise ``results/`` beside the experiment file, whatever the current folder.
+
+Every campaign says which on one line at its start. Commands without an experiment (``report``,
+``diff``, ``log``, ``--resume`` without EXPERIMENT) read ``./results`` when it holds a results
+database, else the user-data folder of a target repository the current folder is inside, else the
+folder the last campaign that took a default wrote to (recorded in
+``$XDG_DATA_HOME/bisect-lab/last-results``): ``report latest`` from any folder finds what ``run``
+just stored.
 """
 from __future__ import annotations
 
@@ -17,6 +26,8 @@ import re
 from pathlib import Path
 
 _URL_RE = re.compile(r"^([a-z][a-z0-9+.-]*://|[^/\s]+@[^/\s]+:)", re.I)
+DB_FILE = "bisect-lab.sqlite"        # as store.DB_NAME (paths sits below the store in the layers)
+LAST_RESULTS = "last-results"
 
 
 def default_results_dir() -> Path:
@@ -38,35 +49,77 @@ def target_root(repo: str | None) -> Path | None:
 
 
 def redirected_results_dir(root: Path) -> Path:
-    """Where the default results of runs started inside ``root`` (a target repository) go."""
+    """Where the default results of an experiment inside ``root`` (a target repository) go."""
     root = Path(root).resolve()
     key = hashlib.sha256(str(root).encode()).hexdigest()[:10]
     return data_dir() / "results" / f"{root.name or 'root'}-{key}"
 
 
-def results_dir(explicit: str | os.PathLike | None = None, *, target_repo: str | None = None,
-                cwd: str | os.PathLike | None = None) -> tuple[Path, str | None]:
-    """The results folder to use, and a line saying where the default put it (None when the user
-    chose it with ``--results`` or ``BISECT_LAB_RESULTS``).
+def demo_results_dir() -> Path:
+    """Where the bundled demo's results go by default: the user data dir, not the installation."""
+    return data_dir() / "results" / "demo"
 
-    ``target_repo``: the experiment's ``[target] repo`` (resolved), for commands that have one;
-    without it (``report``, ``diff``) the folder a run from ``cwd`` would have used is found again.
+
+def results_dir(explicit: str | os.PathLike | None = None, *, experiment: str | os.PathLike | None = None,
+                target_repo: str | None = None, demo: bool = False,
+                cwd: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """The results folder to use, and one line saying where it is and why.
+
+    ``experiment``: the experiment file of a campaign (``demo``: it is the bundled demo), with its
+    ``[target] repo`` (resolved) as ``target_repo``. Without one (``report``, ``diff``, ``log``) the
+    folder is found again from ``cwd`` or from the last campaign's record (see the module).
     """
     if explicit:
-        return Path(explicit), None
+        d = Path(explicit)
+        return d, f"results: {d.resolve()} (--results)"
     if os.environ.get("BISECT_LAB_RESULTS"):
-        return Path(os.environ["BISECT_LAB_RESULTS"]), None
+        d = Path(os.environ["BISECT_LAB_RESULTS"])
+        return d, f"results: {d.resolve()} (BISECT_LAB_RESULTS)"
+    if demo:
+        d = demo_results_dir()
+        return d, f"results: {d} (default for the bundled demo; --results to change)"
+    if experiment is not None:
+        folder = Path(experiment).resolve().parent
+        root = target_root(target_repo)
+        if root is not None and folder.is_relative_to(root):
+            d = redirected_results_dir(root)
+            return d, (f"results: {d} (default: the experiment is inside the target repository {root}, "
+                       f"and results never go there; --results to change)")
+        d = folder / "results"
+        return d, f"results: {d} (default: beside the experiment; --results to change)"
     here = Path(cwd or os.getcwd()).resolve()
-    root = target_root(target_repo)
-    if root is not None and here.is_relative_to(root):
-        d = redirected_results_dir(root)
-        return d, f"results: {d} (default: never inside the target repository {root}; --results to change)"
-    if target_repo is None:
-        for p in (here, *here.parents):
-            d = redirected_results_dir(p)
-            if d.is_dir():
-                return d, f"results: {d} (default for runs from inside {p}; --results to change)"
+    if (here / "results" / DB_FILE).is_file():
+        return Path("results"), f"results: {here / 'results'} (./results; --results to change)"
+    for p in (here, *here.parents):
+        d = redirected_results_dir(p)
+        if d.is_dir():
+            return d, f"results: {d} (default for experiments inside {p}; --results to change)"
+    last = last_results_dir()
+    if last is not None:
+        return last, f"results: {last} (where the last campaign wrote; --results to change)"
     return Path("results"), f"results: {here / 'results'} (default; --results to change)"
+
+
+def last_results_dir() -> Path | None:
+    """The folder the last campaign with a default results folder wrote to, if it still holds a database."""
+    try:
+        text = (data_dir() / LAST_RESULTS).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    d = Path(text) if text else None
+    return d if d is not None and d.is_absolute() and (d / DB_FILE).is_file() else None
+
+
+def remember_results_dir(d: str | os.PathLike) -> None:
+    """Record ``d`` as the folder commands without an experiment read (best effort: a read-only
+    home only loses the convenience)."""
+    try:
+        data_dir().mkdir(parents=True, exist_ok=True)
+        tmp = data_dir() / f".{LAST_RESULTS}.{os.getpid()}"
+        tmp.write_text(str(Path(d).resolve()) + "\n", encoding="utf-8")
+        os.replace(tmp, data_dir() / LAST_RESULTS)
+    except OSError:
+        pass
 
 
 def default_cache_dir() -> Path:

@@ -32,24 +32,52 @@ def _short(label: str, n: int = 48) -> str:
     return label if len(label) <= n else label[: n - 1] + "…"
 
 
+def arm_colours(arms: list[str], counts: dict[str, int] | None = None) -> dict[str, str | None]:
+    """A colour per arm for the run-order plot: the fixed palette up to 12 arms, matplotlib's
+    tab20 up to 20; beyond that the 19 arms with most trials keep a colour (an attribution's good
+    and bad ends and its most measured combinations) and the rest are None (drawn grey, one legend
+    entry "other arms")."""
+    if len(arms) <= len(PALETTE):
+        return {a: PALETTE[k] for k, a in enumerate(arms)}
+    tab20 = [matplotlib.colors.to_hex(c) for c in plt.get_cmap("tab20").colors]
+    if len(arms) <= len(tab20):
+        return {a: tab20[k] for k, a in enumerate(arms)}
+    counts = counts or {}
+    keep = sorted(arms, key=lambda a: (-counts.get(a, 0), arms.index(a)))[:len(tab20) - 1]
+    ordered = [a for a in arms if a in keep]
+    colours: dict[str, str | None] = {a: tab20[k] for k, a in enumerate(ordered)}
+    colours.update({a: None for a in arms if a not in colours})
+    return colours
+
+
 def run_order(points: list[tuple[int, str, float | None]], metric: str, arms: list[str]) -> bytes | None:
-    """Each trial's value in run order, one colour per arm; failed trials as red ticks at the bottom.
+    """Each trial's value in run order, one colour per arm with a legend (see :func:`arm_colours`
+    for many arms); failed trials as red ticks at the bottom.
 
     ``points``: (trial index, arm, value or None for a failed trial). A rolling median per arm
     (window 5) makes drift over the campaign visible.
     """
     if not any(v is not None for _, _, v in points):
         return None
+    counts: dict[str, int] = {}
+    for _, a, v in points:
+        if v is not None:
+            counts[a] = counts.get(a, 0) + 1
+    colours = arm_colours(arms, counts)
     fig, ax = plt.subplots(figsize=(9, 3.4))
-    many = len(arms) > len(PALETTE)
-    for k, arm in enumerate(arms):
+    others = [a for a in arms if colours.get(a) is None and counts.get(a)]
+    for arm in arms:
         xs = [i for i, a, v in points if a == arm and v is not None]
         ys = [v for i, a, v in points if a == arm and v is not None]
         if not xs:
             continue
-        color = PALETTE[k % len(PALETTE)] if not many else "#555555"
-        ax.plot(xs, ys, "o", ms=4, color=color, alpha=0.85, label=None if many else _short(arm))
-        if len(ys) >= 5 and not many:
+        color = colours.get(arm)
+        if color is None:
+            label = f"other arms ({len(others)})" if arm == others[0] else None
+            ax.plot(xs, ys, "o", ms=3, color="#999999", alpha=0.6, label=label)
+            continue
+        ax.plot(xs, ys, "o", ms=4, color=color, alpha=0.85, label=_short(arm))
+        if len(ys) >= 5:
             w = 5
             roll = [statistics.median(ys[max(0, j - w + 1): j + 1]) for j in range(len(ys))]
             ax.plot(xs, roll, "-", lw=1.2, color=color, alpha=0.6)
@@ -61,8 +89,9 @@ def run_order(points: list[tuple[int, str, float | None]], metric: str, arms: li
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     ax.set_title("Every trial in the order it ran (lines: rolling median of 5)", fontsize=10)
-    if not many or fails:
-        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    entries = len(ax.get_legend_handles_labels()[1])
+    ax.legend(fontsize=8 if entries <= 12 else 6.5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+              ncol=1 if entries <= 12 else 2)
     return _png(fig)
 
 

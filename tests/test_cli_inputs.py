@@ -155,35 +155,51 @@ def test_rich_markup_in_env_values_and_arms_survives_run_and_diff(tmp_path):
 
 
 def test_default_results_never_go_inside_the_target_repository(tmp_path):
+    """Results follow the experiment (beside it, whatever the cwd), an experiment file inside its
+    target repository has them in the user data dir, and the target's checkout stays clean."""
     exp = make_toy(tmp_path)
     target = tmp_path / "target"
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
     env.pop("BISECT_LAB_RESULTS", None)
 
-    def run(*args):
+    def run(*args, cwd=target):
         return subprocess.run([sys.executable, "-m", "bisect_lab", "--cache", str(tmp_path / "cache"), *map(str, args)],
-                              cwd=target, capture_output=True, text=True, timeout=120, env=env)
+                              cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
 
+    def said(p):
+        lines = [l for l in p.stderr.splitlines() if l.startswith("results: ")]
+        assert len(lines) == 1, p.stderr
+        return lines[0]
+
+    def clean():
+        return subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=target, capture_output=True,
+                              text=True, check=True).stdout
+
+    # run from inside the target: the results go beside the experiment, not into the checkout
     p = run("run", exp, "--patches", "all", "--repeat", "1", "--json")
     assert p.returncode == 0, p.stderr
-    said = [l for l in p.stderr.splitlines() if l.startswith("results: ")]
-    assert len(said) == 1 and "--results to change" in said[0], p.stderr
-    where = Path(said[0].split()[1])
-    assert (where / "bisect-lab.sqlite").is_file() and where.is_relative_to(tmp_path / "data")
-    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=target, capture_output=True,
-                            text=True, check=True).stdout
-    assert status == "", status
-    r = run("report", "latest")
+    assert "--results to change" in said(p) and Path(said(p).split()[1]) == tmp_path / "results"
+    assert (tmp_path / "results" / "bisect-lab.sqlite").is_file()
+    assert clean() == ""
+    r = run("report", "latest")               # from the target, which has no ./results: the last campaign's
     assert r.returncode == 0, r.stderr
-    assert Path(r.stdout.strip()).is_relative_to(where)
+    assert Path(r.stdout.strip()).is_relative_to(tmp_path / "results")
     assert json.loads(p.stdout)["campaign"] in Path(r.stdout.strip()).read_text()
-    # outside the target the default stays ./results, and --results / BISECT_LAB_RESULTS still win
-    q = subprocess.run([sys.executable, "-m", "bisect_lab", "--cache", str(tmp_path / "cache"), "run", str(exp),
-                        "--patches", "all", "--repeat", "1"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120, env=env)
-    assert q.returncode == 0 and (tmp_path / "results" / "bisect-lab.sqlite").is_file(), q.stderr
+    # an experiment file kept inside its target repository: the user data dir
+    inner = target / "bench" / "in.toml"
+    inner.parent.mkdir()
+    inner.write_text(exp.read_text().replace('repo = "target"', f'repo = {str(target)!r}')
+                     .replace('patches = "patches"', f'patches = {str(tmp_path / "patches")!r}'))
+    subprocess.run(["git", "add", "bench/in.toml"], cwd=target, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "exp"], cwd=target,
+                   check=True)
+    q = run("run", inner, "--patches", "all", "--repeat", "1", cwd=tmp_path)
+    assert q.returncode == 0, q.stderr
+    where = Path(said(q).split()[1])
+    assert (where / "bisect-lab.sqlite").is_file() and where.is_relative_to(tmp_path / "data"), q.stderr
+    assert clean() == ""
+    # --results / BISECT_LAB_RESULTS still win, and the line says so
     e = run("--results", tmp_path / "chosen", "run", exp, "--patches", "all", "--repeat", "1")
     assert e.returncode == 0 and (tmp_path / "chosen" / "bisect-lab.sqlite").is_file(), e.stderr
-    assert not [l for l in e.stderr.splitlines() if l.startswith("results: ")]
-    assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=target, capture_output=True,
-                          text=True).stdout == ""
+    assert "(--results)" in said(e)
+    assert clean() == ""

@@ -32,14 +32,14 @@ def one_error_line(err: str) -> str:
     return lines[0]
 
 
-NAMES = ["run", "attribute", "bisect", "patches", "cache", "gpu", "diff", "report", "sweep", "compare", "init", "check",
-         "verdict"]
+NAMES = ["run", "attribute", "bisect", "patches", "cache", "gpu", "diff", "report", "log", "sweep", "compare", "init",
+         "check", "verdict"]
 # the shortest argv that reaches each command's run_from_args
 MINIMAL = {"run": ["run"], "attribute": ["attribute", "--good", "none", "--bad", "all"],
            "bisect": ["bisect", "--good", "a", "--bad", "b"], "patches": ["patches", "list"], "cache": ["cache"],
            "gpu": ["gpu", "status"], "diff": ["diff", "a", "b"], "report": ["report", "latest"],
-           "sweep": ["sweep", "s.toml"], "compare": ["compare", "a", "b"], "init": ["init"], "check": ["check"],
-           "verdict": ["verdict", "good"]}
+           "log": ["log"], "sweep": ["sweep", "s.toml"], "compare": ["compare", "a", "b"], "init": ["init"],
+           "check": ["check"], "verdict": ["verdict", "good"]}
 
 
 def test_every_command_is_a_module_whose_parser_calls_its_own_run_from_args():

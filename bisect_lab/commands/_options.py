@@ -27,8 +27,9 @@ def positive_int(text: str) -> int:
 
 def add_global_options(parser: argparse.ArgumentParser) -> None:
     """``--results``, ``--cache``, ``--debug``, ``--version``: given before the command."""
-    parser.add_argument("--results", help="results folder (default ./results, or the user data dir when run from "
-                                          "inside the target repository; env BISECT_LAB_RESULTS)")
+    parser.add_argument("--results", help="results folder (default: results/ beside the experiment file, the user data "
+                                          "dir for the bundled demo or an experiment inside its target repository; "
+                                          "without an experiment ./results or the last campaign's; env BISECT_LAB_RESULTS)")
     parser.add_argument("--cache", help="clone/tree cache (default user cache dir, env BISECT_LAB_CACHE)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--version", action="version", version=f"bisect-lab {__version__}")

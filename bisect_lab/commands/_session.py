@@ -14,12 +14,23 @@ from ._progress import Progress
 
 
 def open_session(ctx: Context, exp, *, quiet: bool):
-    """A :class:`~bisect_lab.campaigns.Session` reporting each trial to a new :class:`Progress`."""
+    """A :class:`~bisect_lab.campaigns.Session` reporting each trial to a new :class:`Progress`
+    (one line per trial on stderr under ``--json``)."""
     from ..campaigns import Session
+    from ..paths import remember_results_dir
     from ..store import Store
-    progress = Progress(quiet=quiet, metric=exp.benchmark.metric)
-    store = Store(ctx.results_dir(exp))
+    where = ctx.results_dir(exp)
+    store = Store(where)
+    if not ctx.chose_results:
+        remember_results_dir(where)      # `report latest` from any folder reads it
     hosts = ctx.hosts(exp)
+    s = None
+
+    def subject_of(sha):
+        return s.workers[0].trees.commit_info(sha).subject if s is not None and s.workers else None
+
+    progress = Progress(quiet=quiet, metric=exp.benchmark.metric, lines=ctx.json,
+                        kind_of=lambda cid: store.campaign(cid).kind, subject_of=subject_of)
     s = Session(exp, store, hosts, log=progress.log, on_trial=progress.trial, on_plan=progress.plan,
                 on_replay=progress.replayed)
     return s, progress
@@ -31,7 +42,7 @@ def _resume_hint(session) -> str:
 
 def with_session(ctx: Context, exp, body):
     """``body(session)``'s result; an interrupt says how to resume and exits 130."""
-    session, progress = open_session(ctx, exp, quiet=ctx.json and not sys.stderr.isatty())
+    session, progress = open_session(ctx, exp, quiet=False)
     try:
         return body(session)
     except KeyboardInterrupt:

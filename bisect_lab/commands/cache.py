@@ -1,25 +1,31 @@
 """``bisect-lab cache [show] | prune``: the clone/tree cache and the per-trial {out} folders."""
 from __future__ import annotations
 
+import argparse
 import time
 
 from ..errors import EXIT_OK, UsageError
 from . import _options
-from ._context import Context, to_json
+from ._context import Context, console, to_json
+
+
+_JSON = "print the result as JSON"
 
 
 def setup_arguments(subparsers):
     c = subparsers.add_parser("cache", help="show or prune the tree cache")
     csub = c.add_subparsers(dest="action", parser_class=type(c))
-    csub.add_parser("show")
+    cs = csub.add_parser("show")
     cp = csub.add_parser("prune")
     cp.add_argument("--max-trees", type=int, default=None)
     cp.add_argument("--max-bytes", type=int, default=None)
     cp.add_argument("--all", action="store_true", help="remove every cached tree and every per-trial {out} folder")
     cp.add_argument("--keep-out", type=int, default=None, metavar="N",
                     help="remove the per-trial {out} folders of all but the N most recent campaigns")
-    _options.add_json(cp)
-    _options.add_json(c)
+    # --json before or after the action; SUPPRESS: the action's parser must not reset the one before it
+    for sub in (cs, cp):
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON)
+    _options.add_json(c, help=_JSON)
     c.set_defaults(func=run_from_args, action="show")
     return c
 
@@ -59,7 +65,6 @@ def show(ctx: Context) -> int:
     if ctx.json:
         print(to_json(info))
         return EXIT_OK
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
     t = Table(title=escape(f"tree cache {info.get('root', ctx.cache_dir())}"))
@@ -71,7 +76,7 @@ def show(ctx: Context) -> int:
                   escape(str(tr.get("commit", ""))[:12]), escape(", ".join(tr.get("patches") or [])),
                   _size(tr.get("size_bytes")),
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(used)) if isinstance(used, (int, float)) else "-")
-    Console().print(t)
+    console().print(t)
     outs = info.get("outputs", [])
     print(f"{len(info.get('repos', []))} repositories, {len(info.get('trees', []))} trees "
           f"({_size(info.get('total_bytes', 0) - info.get('out_bytes', 0))}), {{out}} folders of {len(outs)} "

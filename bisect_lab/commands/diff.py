@@ -28,8 +28,8 @@ def run(ctx: Context, a: str, b: str) -> int:
     if ctx.json:
         print(to_json(res))
     else:
-        from rich.console import Console
+        from ._context import console
         from ..redact import redact_tree
         from ..render_diff import render_diff
-        render_diff(redact_tree(res), Console())
+        render_diff(redact_tree(res), console())
     return EXIT_OK

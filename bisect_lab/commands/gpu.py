@@ -1,7 +1,6 @@
 """``bisect-lab gpu status | reset``: the GPUs of an experiment's hosts (or of this machine)."""
 from __future__ import annotations
 
-import json
 import sys
 
 from ..errors import EXIT_NO_MEASUREMENT, EXIT_OK
@@ -54,7 +53,13 @@ def run(ctx: Context, action: str, experiment: str | None = None, *, kill_all: b
     finally:
         for h in hosts:
             h.close()
-    print(to_json(out) if ctx.json else json.dumps(out, indent=2, default=str))
+    if ctx.json:
+        print(to_json(out))
+    else:
+        from ..redact import redact_text
+        for name, d in out.items():
+            for line in (status_lines if action == "status" else reset_lines)(name, d):
+                print(redact_text(line))
     if action == "reset":
         # "could not" is exit 4 (as a host that cannot be made ready for a trial), after the full output
         failed = [(name, r) for name, r in out.items() if isinstance(r, dict) and r.get("ok") is False]
@@ -64,3 +69,35 @@ def run(ctx: Context, action: str, experiment: str | None = None, *, kill_all: b
         if failed:
             return EXIT_NO_MEASUREMENT
     return EXIT_OK
+
+
+def _num(v, unit: str) -> str:
+    return "-" if not isinstance(v, (int, float)) else f"{v:.0f}{unit}"
+
+
+def _gpu_line(g: dict) -> str:
+    procs = g.get("processes")
+    n = "not visible" if procs is None else str(len(procs))
+    throttle = ", ".join(r for r in g.get("throttle_reasons") or () if r != "gpu_idle") or "none"
+    return (f"  GPU {g.get('index')}: {g.get('name') or '?'}, memory {_num(g.get('memory_used_mb'), '')}/"
+            f"{_num(g.get('memory_total_mb'), ' MiB')}, utilization {_num(g.get('utilization_gpu'), '%')}, "
+            f"{_num(g.get('temperature_c'), ' C')}, SM clock {_num(g.get('sm_clock_mhz'), '')}/"
+            f"{_num(g.get('sm_clock_max_mhz'), ' MHz')}, power {_num(g.get('power_w'), '')}/"
+            f"{_num(g.get('power_limit_w'), ' W')}, throttle {throttle}, processes {n}")
+
+
+def status_lines(host: str, snap: dict) -> list[str]:
+    """``gpu status`` for people: one line per host, one per GPU (``--json`` has every field)."""
+    gpus = snap.get("gpus") or []
+    if not gpus:
+        return [f"{host}: {snap.get('reason') or 'no GPU'}"]
+    driver = f", driver {snap['driver_version']}" if snap.get("driver_version") else ""
+    return [f"{host}: {len(gpus)} GPU(s) via {snap.get('backend')}{driver}"] + [_gpu_line(g) for g in gpus]
+
+
+def reset_lines(host: str, res: dict) -> list[str]:
+    """``gpu reset`` for people: what happened on the host and what was killed."""
+    lines = [f"{host}: {res.get('status')}" + (f" ({res['reason']})" if res.get("reason") else "")
+             + (f", waited {res['waited_s']:.1f}s" if isinstance(res.get("waited_s"), (int, float)) else "")]
+    lines += [f"  killed pid {k.get('pid')}: {k.get('cmdline') or '?'}" for k in res.get("killed") or []]
+    return lines

@@ -18,8 +18,11 @@ def setup_arguments(subparsers):
     _options.add_experiment(pcap, experiment=False)
     pcap.add_argument("--repo", required=True, help="the checkout (never modified)")
     pcap.add_argument("--out", required=True, help="patch-set folder to write")
-    pcap.add_argument("--split", action="append", metavar="file|GLOB=NAME", help="group files into patches")
-    pcap.add_argument("--range", metavar="A..B", help="capture commits A..B instead of uncommitted changes")
+    pcap.add_argument("--split", action="append", metavar="files|GLOB=NAME",
+                      help="one patch per file ('files'), or group matching files into patch NAME "
+                           "(the default for uncommitted changes; a --range gives one patch per commit without it)")
+    pcap.add_argument("--range", metavar="A..B", help="capture commits A..B (one patch per commit, as git "
+                                                      "format-patch) instead of uncommitted changes")
     pa.set_defaults(func=run_from_args)
     return pa
 

@@ -34,13 +34,18 @@ class SessionState:
         self.config = config
         self.options: Options = config.stash[OPTIONS]
         self._store = None
-        self._target: str | None = None       # the first experiment's target: never results inside it
+        self._first = None                    # the first experiment: the results go beside it
         self._sessions: dict[str, object] = {}
 
     @property
     def results(self) -> Path:
         from ..paths import results_dir
-        return results_dir(self.options.results, target_repo=self._target)[0]
+        exp = self._first
+        if exp is None:
+            return results_dir(self.options.results)[0]
+        from ..commands._context import is_bundled_demo
+        return results_dir(self.options.results, experiment=exp.path, target_repo=exp.target.repo,
+                           demo=is_bundled_demo(exp))[0]
 
     @property
     def cache(self) -> Path:
@@ -64,7 +69,7 @@ class SessionState:
             from ..hosts import make_hosts
             exp = load_experiment(experiment_path)
             if self._store is None:
-                self._target = exp.target.repo
+                self._first = exp
             self._sessions[key] = _open_session(exp, self.store(), make_hosts(exp.host, cache_dir=self.cache))
         return self._sessions[key]
 
@@ -108,14 +113,16 @@ class BisectLab:
 
     @property
     def experiment_path(self) -> Path:
-        """The experiment file: marker ``experiment=`` (relative to the test file, else to the
-        rootdir), then ``--bisect-lab-experiment``, then the ini ``bisect_lab_experiment``."""
+        """The experiment file: marker ``experiment=`` (relative to the test file, whatever the
+        current folder; a path that is not there but is under the rootdir is taken from there),
+        then ``--bisect-lab-experiment``, then the ini ``bisect_lab_experiment``."""
         p = self._kw("experiment")
         if p is not None:
             p = Path(p)
             if not p.is_absolute():
-                here = Path(str(self._request.node.path)).parent / p
-                p = here if here.exists() else Path(self._request.config.rootpath) / p
+                here = Path(str(self._request.node.path)).resolve().parent / p
+                root = Path(self._request.config.rootpath) / p
+                p = root if not here.exists() and root.exists() else here
             return p
         if self._options.experiment is not None:
             return self._options.experiment

@@ -13,8 +13,9 @@ from .options import CAMPAIGNS, MARKER, OPTIONS, UNKNOWN_MODES, Options
 def pytest_addoption(parser):
     group = parser.getgroup("bisect-lab", "bisect-lab performance experiments")
     group.addoption("--bisect-lab-results", default=None, metavar="DIR",
-                    help="results folder for experiment trials (default: BISECT_LAB_RESULTS or ./results; "
-                         "the user data dir when pytest runs inside the target repository)")
+                    help="results folder for experiment trials (default: BISECT_LAB_RESULTS, else results/ "
+                         "beside the first experiment file; the user data dir when that file is inside its "
+                         "target repository)")
     group.addoption("--bisect-lab-cache", default=None, metavar="DIR",
                     help="clone/tree cache (default: BISECT_LAB_CACHE or the user cache dir)")
     group.addoption("--bisect-lab-experiment", default=None, metavar="TOML",

@@ -11,8 +11,10 @@ The answer, its colour and every verdict come from the campaign's stored result
 campaign concluded. Only a campaign that stored no comparisons (interrupted, failed) has them
 computed from its trials, and its report says so.
 
-``what`` is a campaign id (a unique prefix is enough) or the name of a sweep. HTML embeds its
-figures as base64 PNGs; Markdown writes them next to the file (``<stem>_files/``).
+``what`` is a campaign id (a unique prefix is enough, ``latest`` the newest) or the name of a
+sweep. The CLI writes ``<results>/reports/<campaign id>.<fmt>`` (:func:`report_name`: ``latest``
+resolved to the id, so a later campaign's report never overwrites it). HTML embeds its figures as
+base64 PNGs; Markdown writes them next to the file (``<stem>_files/``).
 
 API::
 
@@ -26,8 +28,8 @@ writing the file).
 """
 from __future__ import annotations
 
-from .build import build_report
+from .build import build_report, campaign_named, report_name
 from .document import Figure, Report, Section, Table
 from .formats import to_html, to_markdown, write_report
 
-__all__ = ["Report", "Section", "Table", "Figure", "build_report", "write_report", "to_markdown", "to_html"]
+__all__ = ["Report", "Section", "Table", "Figure", "build_report", "campaign_named", "report_name", "write_report", "to_markdown", "to_html"]

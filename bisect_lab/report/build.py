@@ -9,7 +9,7 @@ from .document import Report, redacted
 from .run import run_report
 from .sweep import sweep_report
 
-__all__ = ["build_report"]
+__all__ = ["build_report", "campaign_named", "report_name"]
 
 
 def build_report(store: Store, what: str) -> Report:
@@ -19,18 +19,33 @@ def build_report(store: Store, what: str) -> Report:
     return redacted(_build_report(store, what))
 
 
-def _build_report(store: Store, what: str) -> Report:
+def campaign_named(store: Store, what: str):
+    """The campaign ``what`` names (an id, a unique prefix, or ``latest``); None for a sweep's name.
+    A usage error listing the recent campaigns when it names nothing."""
     from ..nights import sweep_names
     if what in sweep_names(store):
-        return sweep_report(store, what)
+        return None
     try:
         everything = store.campaigns() if what == "latest" else []
-        c = everything[-1] if everything else store.campaign(what)
+        return everything[-1] if everything else store.campaign(what)
     except Exception as e:
         names = sweep_names(store)
         recent = [x.id for x in store.campaigns()[-5:]]
         raise UsageError(f"{e}; recent campaigns: {', '.join(recent) or 'none'}"
                          + (f"; sweeps: {', '.join(names)}" if names else "")) from None
+
+
+def report_name(store: Store, what: str) -> str:
+    """The report file's stem for ``what``: the campaign's own id (``latest`` and a prefix are
+    resolved, so the next campaign's report never overwrites this one), else the sweep's name."""
+    c = campaign_named(store, what)
+    return (c.id if c is not None else what).replace("/", "_")
+
+
+def _build_report(store: Store, what: str) -> Report:
+    c = campaign_named(store, what)
+    if c is None:
+        return sweep_report(store, what)
     trials = store.trials(c.id)
     if c.kind == "attribute":
         return attribution_report(store, c, trials)

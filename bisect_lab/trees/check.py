@@ -33,7 +33,9 @@ def check_patchset(host: Host, target: Target, patchset: PatchSet, *, ref: str |
             tm.apply_check(selection, base)
             return None
         except PatchError as e:
-            msg = str(e).split(": ", 1)[-1]
+            reason = getattr(e, "reason", None) or str(e).split(": ", 1)[-1]
+            hunk = getattr(e, "hunk", None)
+            msg = f"{hunk}: {reason}" if hunk else reason
             return CheckFailure(kind=kind, patches=tuple(label), patch=e.patch or "?", file=e.file, message=msg)
 
     for n in names:

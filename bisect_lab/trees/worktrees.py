@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import time
 import uuid
 from pathlib import Path
@@ -52,6 +53,35 @@ def remove_tree(host: Host, git_dir: str, path: str, *, timeout_s: float = 600.0
     all come here. Returns whether the command succeeded."""
     return host.run(["bash", "-c", _REMOVE_SCRIPT, "bisect-lab-remove", git_dir, path], timeout_s=timeout_s,
                     env=GIT_ENV).ok
+
+
+_FAILED_AT = re.compile(r"^error: patch failed: (?P<file>.+):(?P<line>\d+)$", re.M)
+_HUNK = re.compile(r"^@@ -(?P<start>\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+def failed_hunk(patch_path, stderr: str) -> str | None:
+    """The hunk ``git apply`` stopped at, named as a person finds it in the patch file: ``hunk #2
+    (line 14 of the patch): @@ -10,3 +10,4 @@ def f`` (git names only the file and the line the hunk
+    starts at in it). None when git's message or the local patch file does not tell."""
+    m = _FAILED_AT.search(stderr or "")
+    if not m:
+        return None
+    try:
+        text = Path(patch_path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    file, start = m.group("file"), m.group("line")
+    in_file, n = False, 0
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.startswith("diff --git "):
+            in_file = line.endswith(f" b/{file}") or f" a/{file} " in line
+            n = 0
+        elif in_file and line.startswith("@@"):
+            n += 1
+            h = _HUNK.match(line)
+            if h and h.group("start") == start:
+                return f"hunk #{n} (line {no} of the patch): {line[:120]}"
+    return None
 
 
 class Worktrees(HostGit):
@@ -112,8 +142,12 @@ class Worktrees(HostGit):
             p = patches[int(out["FAILED"])]
             file, reason = apply_error(res.stderr)
             where = f" at {file}" if file else ""
-            raise PatchError(f"patch {p.name!r} does not apply to {commit[:12]}{where}: {reason}",
+            hunk = failed_hunk(p.path, res.stderr)
+            where += f", {hunk}" if hunk else ""
+            err = PatchError(f"patch {p.name!r} does not apply to {commit[:12]}{where}: {reason}",
                              patch=p.name, file=file)
+            err.hunk, err.reason = hunk, reason           # patches check lays its line out from these
+            raise err
         ready = bool(create) and "READY" in out           # another process made it: its marker says the rest
         if not res.ok or not ("TREE" in out or ready) or (create and not ({"DONE", "READY"} & set(out))):
             raise HostCommandError(f"preparing a tree of {commit[:12]}" if create else "git apply --cached", res)
