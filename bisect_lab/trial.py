@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from .redact import redact_text as redact_value
+
 from .model import Arm, TrialResult, TrialStatus
+from .redact import redact_text as redact_value
+from .terminal_text import last_line
 
 
 def _tail(text: str, lines: int = 20, chars: int = 2000) -> str:
@@ -21,8 +23,8 @@ def _killed(procs) -> list[dict]:
 
 
 def _one_line(text: str) -> str:
-    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
-    return lines[-1][:300] if lines else ""
+    # escapes stripped: a last line that is only a colour reset says nothing
+    return last_line(text)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ PKG = Path(bisect_lab.__file__).parent
 # Every top-level module or package of bisect_lab, by name (no placement by name prefix: a new
 # module must be given its layer here on purpose).
 LAYERS = {
-    1: {"model", "errors", "paths", "verdicts", "redact", "placeholders", "jsonable"},
+    1: {"model", "errors", "paths", "verdicts", "redact", "placeholders", "jsonable", "terminal_text"},
     2: {"stats", "strategies"},
     3: {"config", "cluster_config", "patchset", "arms", "store", "store_sessions", "parsers", "summaries", "nccl_log",
         "results", "sweepfile", "nights", "matrix"},

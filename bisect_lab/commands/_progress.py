@@ -8,7 +8,6 @@ between this campaign's own trial completions times the trials left (replayed tr
 took no time and are not part of it)."""
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 import time
@@ -18,17 +17,7 @@ from typing import Callable
 EARLY_STOPPING = ("attribute", "bisect")
 ETA_AFTER = 3          # completions between trials measured before an ETA is shown
 
-
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07]*(?:\x07|\x1b\\\\)|[@-Z\\\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def printable(text: str) -> str:
-    """``text`` without terminal escapes and control characters, and without a trailing colon: a
-    benchmark's last line that is only a colour reset or a cursor move must not leave
-    "timed out after 3 s: " with nothing after it."""
-    return _CONTROL.sub("", _ANSI.sub("", text or "")).strip().rstrip(":").rstrip()
-
+from ..terminal_text import printable  # noqa: F401  (re-exported: the progress line's cleaning)
 
 def duration(seconds: float) -> str:
     """``45s``, ``3m05s``, ``1h02m``: short enough for a progress line."""
@@ -38,7 +27,6 @@ def duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
 
 class Progress:
     """A live bar on a terminal; one line per trial otherwise (logs, CI, ``--json``).
