@@ -276,3 +276,41 @@ def result_from_dict(kind: str, d: dict | None) -> Result | None:
     if d is None:
         return None
     return _KINDS.get(kind, RunResult).from_dict(d)
+
+
+@dataclass
+class RecheckResult(Result):
+    """``recheck``: an old launch's value placed in today's launch-to-launch distribution.
+
+    ``old``: the old launch's value (the geometric mean of its ``old_readings`` counted readings);
+    ``today``, ``low`` .. ``high``: today's mean and the ``level`` interval one launch like the old
+    one falls in; ``sd_away``: the old value's distance from today's mean in predictive sds;
+    ``inside``: the old value lies in the interval; ``differences``: what differs between the old
+    trial's fingerprint and configuration and today's (``what``, ``then``, ``now``)."""
+
+    kind: ClassVar[str] = "recheck"
+
+    campaign: str = ""
+    of: str = ""
+    experiment: str = ""
+    metric: str = ""
+    higher_is_better: bool = True
+    arm: str = ""
+    commit: str | None = None
+    old: float = float("nan")
+    old_readings: int = 1
+    today: float = float("nan")
+    low: float = float("nan")
+    high: float = float("nan")
+    sd_away: float = float("nan")
+    p_value: float = float("nan")
+    inside: bool = True
+    sessions: int = 0
+    readings: int = 0
+    between_cv: float | None = None
+    within_cv: float | None = None
+    level: float = 0.95
+    differences: list[dict] = field(default_factory=list)
+    fingerprint_missing: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    more: dict = field(default_factory=dict)

@@ -32,13 +32,13 @@ def one_error_line(err: str) -> str:
     return lines[0]
 
 
-NAMES = ["run", "attribute", "bisect", "patches", "cache", "gpu", "diff", "report", "log", "sweep", "compare", "init",
+NAMES = ["run", "attribute", "bisect", "patches", "cache", "gpu", "diff", "report", "log", "recheck", "sweep", "compare", "init",
          "check", "verdict"]
 # the shortest argv that reaches each command's run_from_args
 MINIMAL = {"run": ["run"], "attribute": ["attribute", "--good", "none", "--bad", "all"],
            "bisect": ["bisect", "--good", "a", "--bad", "b"], "patches": ["patches", "list"], "cache": ["cache"],
            "gpu": ["gpu", "status"], "diff": ["diff", "a", "b"], "report": ["report", "latest"],
-           "log": ["log"], "sweep": ["sweep", "s.toml"], "compare": ["compare", "a", "b"], "init": ["init"],
+           "log": ["log"], "recheck": ["recheck", "c:1"], "sweep": ["sweep", "s.toml"], "compare": ["compare", "a", "b"], "init": ["init"],
            "check": ["check"], "verdict": ["verdict", "good"]}
 
 

@@ -15,7 +15,7 @@ LAYERS = {
         "results", "sweepfile", "nights", "matrix"},
     4: {"hosts", "trees", "capture", "gpu", "fingerprint", "envcheck", "diffing"},
     5: {"runner", "trial", "serving", "campaigns", "fleet"},
-    6: {"cli", "commands", "pytest_plugin", "report", "report_plots", "render", "render_diff", "__main__", "__init__",
+    6: {"cli", "commands", "pytest_plugin", "report", "report_plots", "render", "render_diff", "render_recheck", "__main__", "__init__",
         "_bundled"},
 }
 MAX_DEPTH = 10         # levels of the import graph of the top-level units (a unit sits above all it imports)

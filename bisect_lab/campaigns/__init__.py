@@ -9,9 +9,10 @@ the session's callbacks.
 from .attribute import attribute
 from .bisect import bisect_commits
 from .drive import BalancedRounds, balanced_order, drive
+from .recheck import recheck
 from .run import measure_arms, run_arms
 from .session import Session, resume_option
 from .sweep import run_sweep
 
-__all__ = ["Session", "run_arms", "measure_arms", "attribute", "bisect_commits", "run_sweep", "drive",
+__all__ = ["Session", "run_arms", "measure_arms", "attribute", "bisect_commits", "run_sweep", "recheck", "drive",
            "BalancedRounds", "balanced_order", "resume_option"]

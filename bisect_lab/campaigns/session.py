@@ -127,8 +127,14 @@ class Session:
     # ------------------------------------------------------------------ the body's tools
     def executor(self, workers: list[HostWorker] | None = None) -> Executor:
         """The executor of the open campaign, on ``workers`` (default: every host)."""
+        srv = self.experiment.server
+        readings_for = None
+        if srv is not None and srv.readings == "auto":
+            # the cost-aware choice, re-made before each launch from this campaign's own costs and noise
+            from .readings import AutoReadings
+            readings_for = AutoReadings(self.store, self._cid(), self.metric, self.log)
         return Executor(self.experiment, self.store, self._cid(), self.workers if workers is None else workers,
-                        on_trial=self.on_trial, on_replay=self.on_replay, log=self.log)
+                        on_trial=self.on_trial, on_replay=self.on_replay, log=self.log, readings_for=readings_for)
 
     def preflight(self, arms: list[Arm], commit: str | None = None) -> None:
         """Prepare the trees of the named arms before spending benchmark time.

@@ -13,11 +13,11 @@ Every command module has three parts:
 """
 from __future__ import annotations
 
-from . import attribute, bisect, cache, check, compare, diff, gpu, init, log, patches, report, run, sweep, verdict
+from . import attribute, bisect, cache, check, compare, diff, gpu, init, log, patches, recheck, report, run, sweep, verdict
 from ._context import Context, bundled_demo
 
 # the order of ``bisect-lab --help``
-COMMANDS = (run, attribute, bisect, patches, cache, gpu, diff, report, log, sweep, compare, init, check, verdict)
+COMMANDS = (run, attribute, bisect, patches, cache, gpu, diff, report, log, recheck, sweep, compare, init, check, verdict)
 
 
 def setup_arguments(subparsers) -> None:

@@ -117,11 +117,11 @@ def _stored_campaign(ctx: Context, kind: str, resume: str | bool, exp):
         store.close()
 
 
-def _experiment_of(c):
+def _experiment_of(c, verb: str = "resume"):
     """The experiment a campaign was run with, from the file it names."""
     from ..config import load_experiment
     path = Path(c.experiment) if c.experiment else None
     if path is None or not path.is_file():
-        raise UsageError(f"cannot resume {c.id}: its experiment file {c.experiment} no longer exists "
+        raise UsageError(f"cannot {verb} {c.id}: its experiment file {c.experiment} no longer exists "
                          f"(put it back at that path)")
     return load_experiment(path)

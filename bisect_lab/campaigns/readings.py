@@ -1,0 +1,69 @@
+"""Readings per serving session for ``[server] readings = "auto"``, from the campaign's own costs
+and noise (layer 5).
+
+Before each launch the campaign's measured costs (a launch: until ready, plus its stop; a reading:
+its duration) and its variance components (launch-to-launch and within a launch, pooled over its
+arms) give the classic two-stage optimum (``stats.sessions.choose_readings``). Until a launch and
+two sessions are measured the choice rests on a prior, and says so. Every change of the choice is
+logged with its reason; a user-given integer is never touched (this is used only for "auto").
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+from typing import Callable
+
+from ..runner import TrialSpec
+
+# Before any launch is measured: readings per launch (the prior's choice is at least 2 anyway).
+FIRST_READINGS = 3
+
+
+class AutoReadings:
+    """``readings_for(spec) -> int`` for the executor: the cost-aware choice, re-made before each
+    launch from what the campaign has stored so far."""
+
+    def __init__(self, store, campaign: str, metric: str, log: Callable[[str], None], *, hi: int = 20):
+        self.store, self.campaign, self.metric, self.log, self.hi = store, campaign, metric, log, hi
+        self._last: int | None = None
+        self._lock = threading.Lock()
+        self.why = ""
+
+    def costs(self) -> tuple[float | None, float | None]:
+        """(launch seconds, reading seconds) measured so far in this campaign, medians."""
+        launches = [r.ready_s + float((r.stop or {}).get("stop_s") or 0.0)
+                    for r in self.store.sessions(self.campaign) if r.ended and r.ready_s]
+        readings = [t.duration_s for t in self.store.trials(self.campaign)
+                    if t.session and t.ok and t.tag != "warmup" and t.duration_s > 0]
+        return (statistics.median(launches) if launches else None,
+                statistics.median(readings) if readings else None)
+
+    def groups(self) -> dict[str, list[list[float]]]:
+        """Counted readings of the primary metric, per arm, per ended session."""
+        ended = {r.session for r in self.store.sessions(self.campaign) if r.ended}
+        by: dict[str, dict[str, list[float]]] = {}
+        for t in self.store.trials(self.campaign):
+            v = t.metrics.get(self.metric) if t.ok else None
+            if t.session in ended and t.tag != "warmup" and isinstance(v, (int, float)) and v > 0:
+                by.setdefault(t.arm, {}).setdefault(t.session, []).append(float(v))
+        return {arm: list(s.values()) for arm, s in by.items()}
+
+    def __call__(self, spec: TrialSpec) -> int:
+        from ..stats.sessions import choose_readings, components
+        launch_s, reading_s = self.costs()
+        if launch_s is None or reading_s is None:
+            m, why = FIRST_READINGS, (f"{FIRST_READINGS} readings per launch until a launch and a reading "
+                                      "have been measured (readings = \"auto\")")
+        else:
+            comp = components(self.groups())
+            within = comp.within_var if comp.df_within else None
+            between = comp.between_var if comp.df_between and comp.df_within else None
+            choice = choose_readings(launch_s, reading_s, within, between, hi=self.hi)
+            m, why = choice.readings, (f"{choice.why} (launch {launch_s:.1f} s until ready and stopped, "
+                                       f"reading {reading_s:.1f} s)")
+        with self._lock:
+            if m != self._last:
+                self.log(f"readings per launch: {why}")
+                self._last = m
+            self.why = why
+        return m
