@@ -62,7 +62,7 @@ def offset_errors(arms: Sequence[Hashable], blocks: Sequence[Hashable], logs: Se
     for c, v in zip(codes, y):
         means.setdefault(c, []).append(v)
     resid = [v - np.mean(means[c]) for c, v in zip(codes, y) if len(means[c]) > 1]
-    dof = max(1, len(resid) - len(means))
+    dof = max(1, len(resid) - sum(1 for v in means.values() if len(v) > 1))
     sd = math.sqrt(sum(r * r for r in resid) / dof) if resid else math.inf
     ref = order[0]
     ref_arms = {c for c, b in zip(codes, blocks) if b == ref}
