@@ -81,3 +81,12 @@ def test_attribution_escalation_smoke():
     cols = [c.split() for c in row.split("|")[1:]]
     assert all(c[0] == "100%" for c in cols), row
     assert float(cols[1][1]) >= float(cols[0][1]), row
+
+
+def test_fleet_simulation_quick():
+    out = run("benchmarks/simulate_fleet.py", "--quick", "--reps", "2", "--only", "one5,bisect", "--jobs", "1")
+    rows = [l.split() for l in out.splitlines() if l.startswith(("one5 ", "bisect "))]
+    # the 1-node baseline and 4 nodes at 0% and 3% node differences, per scenario
+    assert [(r[0], r[1], r[2]) for r in rows] == [(k, n, d) for k in ("one5", "bisect")
+                                                 for n, d in (("1", "0%"), ("4", "0%"), ("4", "3%"))], out
+    assert all(float(r[5]) == 1.0 for r in rows if r[1] == "1"), out

@@ -57,9 +57,12 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         extra = {"repeats": params["repeats"]} if screening else {}
         if params.get("strategy") == "thorough":
             extra["thorough"] = True
+        workers = session.comparable_workers("attribute")
+        if len(workers) > 1 and not screening:
+            extra["hosts"] = len(workers)     # one arm per host at a time, compared within hosts
         search = kind(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
                       max_trials=budget, min_effect=d.min_effect, alpha=d.alpha, **extra)
-        ex = session.executor(session.comparable_workers("attribute"))
+        ex = session.executor(workers)
         session.plan(budget)
         good_arm = arm_for_active(good, bad, frozenset(), exp.patchset)
         bad_arm = arm_for_active(good, bad, frozenset(factors), exp.patchset)
@@ -80,12 +83,12 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
                 # two arms at a time): the progress line must not read "[52/51]"
                 session.plan(max(est(), search.trials + len(batch)))
 
+        # item i of a batch on host i % hosts: the strategy laid its batches out for that
         drive(search, ex, spec_of, value_of=metric_of(session.metric), before_batch=before_batch,
-              after_batch=planning.update)
+              after_batch=planning.update, per_host=len(workers) > 1)
         session.conclude(ex)
         verdict = search.verdict()
         res = _result(session, good, bad, factors, verdict)
-        res.warnings += session.single_host_warnings("attribute", "arms")
         for k in grow:
             setattr(res, k, params[k])
         if res.status == "inconclusive" or (not screening and verdict.trials >= budget):

@@ -65,6 +65,7 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         session.log(stored_plan(session, [the_arm], f"budget {budget} trials, {candidates} candidate commits",
                                 ["good", "bad"], commits=[good, bad]))
         levels = []
+        host_lines: list[str] = []      # hosts whose level differs, from every level's search
         untestable: dict[str, str] = {}
         lo, hi = good, bad
         answer = None           # (status, sha or None, verdict dict, range shas)
@@ -79,14 +80,16 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
             search = BisectionStrategy(len(shas), higher_is_better=exp.benchmark.higher_is_better
                                        != (params.get("look_for") == "improvement"),
                                        seed=d.seed + depth, max_trials=left, confidence=d.confidence,
-                                       min_effect=d.min_effect, parallel=len(workers))
+                                       min_effect=d.min_effect, parallel=len(workers), hosts=len(workers))
 
             def note_untestable(pos, r, shas=shas):
                 if not r.ok:
                     untestable[shas[pos]] = f"{r.status.value}: {r.error[:200]}"
 
+            # position i of a batch on host i % hosts; each value told with its host
             drive(search, ex, lambda pos, shas=shas, depth=depth: TrialSpec(the_arm, shas[pos], f"bisect-level-{depth}"),
-                  value_of=metric_of(session.metric), on_result=note_untestable)
+                  value_of=metric_of(session.metric), on_result=note_untestable, per_host=len(workers) > 1)
+            host_lines += [w for w in search.host_warnings() if w not in host_lines]
             v = search.verdict()
             vd = v.to_dict()
             rng = vd.get("range")
@@ -142,9 +145,8 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         res.untestable = untestable
         res.metric = exp.benchmark.metric
         res.max_trials = budget
-        several = session.single_host_warnings("bisect", "commits")
-        if several:
-            res.warnings = (res.warnings or []) + several
+        if host_lines:
+            res.warnings = list(res.warnings or []) + host_lines
         if status == "inconclusive" or ex.trials_total >= budget:
             res.resume_with = [resume_option("--max-trials", budget)]
         return res

@@ -4,8 +4,10 @@ A strategy (``bisect_lab.strategies``: attribution, screening, bisection) or a f
 (:class:`BalancedRounds`, what ``run``, sweep nights and pytest campaigns measure) proposes a
 *batch* of items; :func:`drive` turns each into a :class:`~bisect_lab.runner.TrialSpec`, has the
 executor run the whole batch (spread over its hosts), and tells the strategy each value in the
-order asked. A batch may hold several arms from the start: a strategy that can use several
-machines at once asks for several; today's strategies mostly ask for one.
+order asked. A batch may hold several arms at once: a strategy given several hosts asks one
+arm per host (the driver pins the i-th item to the i-th host with ``per_host``), and is told each
+value with the host it was measured on (``tell(item, value, block=host)``) where its ``tell``
+takes a ``block``: its model then learns each host's level and compares arms within hosts.
 
 Nothing here touches hosts or the store directly: an executor is anything with
 ``run_batch(specs, per_host=False) -> results``, which is what lets the unit tests drive real
@@ -13,6 +15,7 @@ strategies against a table of values.
 """
 from __future__ import annotations
 
+import inspect
 import random
 from typing import Callable, Hashable, Iterable, Protocol, Sequence
 
@@ -26,7 +29,7 @@ class Batches(Protocol):
     @property
     def done(self) -> bool: ...
     def ask(self) -> Sequence[Hashable]: ...
-    def tell(self, item, value: float | None) -> None: ...
+    def tell(self, item, value: float | None) -> None: ...   # may also take block=host
 
 
 class Runs(Protocol):
@@ -56,6 +59,7 @@ def drive(strategy: Batches, executor: Runs, spec_of: Callable[[object], TrialSp
     ``per_host``: pin the i-th spec of a batch to the i-th host (a schedule that gives every host
     the same arms)."""
     n = 0
+    blocked = takes_block(strategy)
     while not strategy.done:
         batch = list(strategy.ask())
         if not batch:
@@ -66,20 +70,37 @@ def drive(strategy: Batches, executor: Runs, spec_of: Callable[[object], TrialSp
         for item, r in zip(batch, results):
             if on_result:
                 on_result(item, r)
-            strategy.tell(item, value_of(r))
+            if blocked:
+                strategy.tell(item, value_of(r), block=r.host)
+            else:
+                strategy.tell(item, value_of(r))
         n += len(results)
         if after_batch:
             after_batch()
     return n
 
 
+def takes_block(strategy) -> bool:
+    """Does ``strategy.tell`` take ``block=`` (the host a value was measured on)?"""
+    try:
+        return "block" in inspect.signature(strategy.tell).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def balanced_order(arms: list[Arm], repeat: int, seed: int) -> list[Arm]:
-    """``repeat`` rounds; each round holds every arm once, in a seeded random order."""
+    """``repeat`` rounds; each round holds every arm once. Rounds go in pairs: a seeded random
+    order, then the same reversed (ABBA: a drift within a host then moves every arm's mean alike,
+    instead of favouring the arms that happened to come first in every round)."""
     rng = random.Random(seed)
     order: list[Arm] = []
-    for _ in range(repeat):
-        rnd = list(arms)
-        rng.shuffle(rnd)
+    rnd: list[Arm] = []
+    for r in range(repeat):
+        if r % 2 == 0:
+            rnd = list(arms)
+            rng.shuffle(rnd)
+        else:
+            rnd = rnd[::-1]
         order.extend(rnd)
     return order
 

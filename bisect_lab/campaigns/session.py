@@ -151,22 +151,21 @@ class Session:
                 raise PatchError(f"arm {arm.spec!r}: {e}", patch=e.patch, file=e.file) from None
 
     def comparable_workers(self, what: str) -> list[HostWorker]:
-        """The hosts a search may use: one, so that its arms are never compared across machines.
-
-        `run` blocks by host (every host measures every arm); the adaptive searches compare each
-        new arm with what came before, so they stay on the first host.
+        """The hosts a search may use: all of them. A search given several hosts asks one arm per
+        host at a time and compares arms within hosts (each host's level is learned from the
+        reference arms every host measures), so adding hosts cuts wall time without mixing machines.
         """
         if len(self.workers) > 1:
-            self.log(f"{what} runs on {self.workers[0].host.name} only: its arms are compared with each "
-                     f"other, never across hosts (use `run` to measure on every host)")
-        return self.workers[:1]
+            self.log(f"{what} runs on {len(self.workers)} hosts at once "
+                     f"({', '.join(w.host.name for w in self.workers)}): arms are compared within hosts, "
+                     "each host's level learned from the arms every host measures")
+        return list(self.workers)
 
     def single_host_warnings(self, what: str, things: str) -> list[str]:
-        """What a search that ran on the first of several hosts (comparable_workers) tells its result."""
-        if len(self.workers) <= 1:
-            return []
-        return [f"several hosts: {what} ran on {self.workers[0].host.name} only, so that {things} are never "
-                "compared across machines"]
+        """What a search on several hosts adds to its result beyond the strategy's own lines (a host
+        whose level differs is named by the strategy): nothing now that every host is used; kept
+        for callers of the one-host era."""
+        return []
 
     def conclude(self, executor: Executor) -> None:
         """The common end of every campaign body: no successful trial at all is exit 4 (not an

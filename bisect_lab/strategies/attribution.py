@@ -67,7 +67,11 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
       reference_every: once the regression is confirmed, re-measure a reference arm every this
         many trials (drift guard).
       confirm_repeats: measurements of each confirmation arm required at the end.
-      batch_size: arms per ask() once the initial batch is done (several hosts in parallel).
+      batch_size: arms per ask() (several hosts in parallel; the driver pins item i of a batch to
+        host i % batch_size): the first batch has every host measure good and bad, later ones are
+        chosen by greedy joint information (``attribution_design.conditional_information``).
+      hosts: how many hosts the driver spreads a batch over (item i on host i % hosts); with
+        several, the first batch has every host measure good and bad once each.
       futility_trials: the budget the futility stop measures against (default ``max_trials``; a
         stage of a staged campaign passes the whole campaign's).
       rhos: the additive pairs' split grid (default ``hypotheses.RHO_GRID``).
@@ -85,7 +89,7 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
                  n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
                  family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3,
-                 futility_trials: int | None = None, rhos=None, robust: bool = True):
+                 futility_trials: int | None = None, rhos=None, robust: bool = True, hosts: int = 1):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -94,8 +98,10 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
         self.stop_probability = float(stop_probability)
         # one trial at a time: one pair first (a large culprit may need no more references); with
         # several hosts two pairs fill the first batch anyway
+        # several hosts: every host measures good and bad first (its level is learned from them)
+        self.hosts = max(1, int(hosts))
         self.initial_repeats = max(1, int(initial_repeats if initial_repeats is not None
-                                          else (1 if batch_size <= 1 else 2)))
+                                          else (1 if batch_size <= 1 else max(2, self.hosts))))
         self.reference_every = max(2, int(reference_every))
         self.confirm_repeats = max(1, int(confirm_repeats))
         self.batch_size = max(1, int(batch_size))

@@ -7,6 +7,7 @@ A mixin of ``attribution.AttributionStrategy``: it reads and sets that class's s
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -23,6 +24,35 @@ FAST_START = 4.0
 FAST_EXTRA = 2
 
 
+def conditional_information(post, cand: np.ndarray, chosen: list[np.ndarray]) -> np.ndarray:
+    """Expected information of each candidate arm (rows of ``cand``) given the outcomes of the arms
+    already ``chosen`` for this batch: greedy joint information. The chosen arms' outcomes are
+    taken as revealing the level each hypothesis predicts for them (a noiseless channel), so the
+    hypotheses are grouped by those predictions and a candidate scores the information it adds
+    within each group, weighted by the group's mass. A second copy of an arm adds next to nothing
+    there unless its outcome is noisy; an arm that splits the groups the first left open adds most."""
+    if not chosen:
+        return post.expected_information(cand)
+    pos = post.space.positions(np.array(chosen))            # C x H
+    key = np.round(pos, 3)
+    w = post.weights
+    groups: dict[bytes, list[int]] = {}
+    for h in np.flatnonzero(w > 1e-9):
+        groups.setdefault(key[:, h].tobytes(), []).append(int(h))
+    total = np.zeros(len(cand))
+    wsum = float(w.sum())
+    for hs in groups.values():
+        mass = float(w[hs].sum()) / wsum
+        if mass < 1e-4 or len(hs) < 2:
+            continue
+        lp = np.full_like(post.log_post, -np.inf)
+        lp[hs] = post.log_post[hs] - math.log(mass * wsum)
+        total += mass * replace(post, log_post=lp).expected_information(cand)
+    # the channel is noisy: keep a little of the unconditional score, so that among arms adding
+    # nothing measurable the more informative one still wins
+    return total + 0.05 * post.expected_information(cand)
+
+
 class ArmDesign:
     """The plan of the next batch of arms."""
 
@@ -32,6 +62,8 @@ class ArmDesign:
             self._outcome = "inconclusive"
             return []
         if ng < self.initial_repeats or nb < self.initial_repeats:
+            if ng == nb == 0 and self.hosts > 1 and self.initial_repeats >= self.hosts:
+                return self._first_batch_by_host()
             batch = ([self.good] * (self.initial_repeats - ng) + [self.bad] * (self.initial_repeats - nb))
             order = self.rng.permutation(len(batch))
             return [batch[k] for k in order]
@@ -71,6 +103,7 @@ class ArmDesign:
             self._outcome = "culprits"
             return []
         batch: list[frozenset[str]] = []
+        searched: list[np.ndarray] = []     # this batch's search arms, as rows
         k = 0
         while len(batch) < self.batch_size:
             k += 1
@@ -87,7 +120,7 @@ class ArmDesign:
                 batch.append(self._take_reference())
                 continue
             cand = self._candidates(post, exclude=batch)
-            mi = post.expected_information(cand)
+            mi = conditional_information(post, cand, searched)
             # among nearly equally informative arms prefer a confirmation arm of a likely single
             # culprit (f alone, or all but f): it is measured at the end anyway
             size = cand.sum(1)
@@ -100,8 +133,16 @@ class ArmDesign:
             best = int(np.argmax(mi * (1 + self.confirm_bonus * conf)))
             arm = frozenset(self.factors[f] for f in np.flatnonzero(cand[best]))
             batch.append(arm)
+            searched.append(cand[best])
             self._since_reference += 1
         return batch
+
+    def _first_batch_by_host(self) -> list[frozenset[str]]:
+        """The first batch on ``hosts`` hosts (the driver pins item i to host i % k): every
+        host measures good and bad, half of them good first (its level is learned from them)."""
+        k = self.hosts
+        first = [self.good if (h + int(self.rng.integers(2))) % 2 == 0 else self.bad for h in range(k)]
+        return first + [self.bad if a == self.good else self.good for a in first]
 
     def confirmation_arms(self, C: frozenset) -> list[frozenset[str]]:
         """Arms that must have been measured before ``C`` is named: bad minus C (must look good)

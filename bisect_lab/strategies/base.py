@@ -19,7 +19,7 @@ everything it decides is a function of the told observations, and ``self.rng`` i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol, runtime_checkable
+from typing import Callable, Hashable, Iterable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,7 +27,7 @@ import numpy as np
 @runtime_checkable
 class Strategy(Protocol):
     def ask(self) -> list[frozenset[str]]: ...
-    def tell(self, active: frozenset[str], value: float | None) -> None: ...
+    def tell(self, active: frozenset[str], value: float | None, block: Hashable = None) -> None: ...
     @property
     def done(self) -> bool: ...
     def verdict(self): ...
@@ -40,6 +40,7 @@ class Observation:
     index: int
     active: frozenset[str]
     value: float | None
+    block: Hashable = None      # the host it was measured on (None: the one host)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +72,7 @@ class StrategyBase:
         self.max_trials = int(max_trials)
         self.rng = np.random.default_rng(seed)
         self.observations: list[Observation] = []
+        self._told: list[Observation] = []        # as told: raw values, with their blocks
         self._pending: list[frozenset[str]] = []
         self._finished = False
 
@@ -109,7 +111,9 @@ class StrategyBase:
         self._pending = list(batch)
         return list(batch)
 
-    def tell(self, active, value: float | None) -> None:
+    def tell(self, active, value: float | None, block: Hashable = None) -> None:
+        """One reading of ``active``; ``block``: the host it was measured on (readings are
+        compared within hosts: see ``blocks``)."""
         active = frozenset(active)
         unknown = active - self.factor_set
         if unknown:
@@ -121,8 +125,14 @@ class StrategyBase:
                 value = None
         if active in self._pending:
             self._pending.remove(active)
-        obs = Observation(len(self.observations), active, value)
-        self.observations.append(obs)
+        obs = Observation(len(self.observations), active, value, block)
+        self._told.append(obs)
+        if len({o.block for o in self._told if o.ok}) > 1:
+            # every decision reads host-corrected values, refitted on every reading
+            self.observations = deblock(self._told)
+            obs = self.observations[-1]
+        else:
+            self.observations.append(obs)
         self._on_tell(obs)
 
     # ------------------------------------------------------------------ hooks
@@ -141,6 +151,19 @@ class StrategyBase:
 
     def failures(self, arm: frozenset[str]) -> int:
         return sum(1 for o in self.observations if not o.ok and o.active == arm)
+
+
+def deblock(told: list[Observation]) -> list[Observation]:
+    """``told`` with each value's host offset taken out (``blocks.deblocked``)."""
+    from .blocks import deblocked
+    vals = deblocked([o.active for o in told], [o.block for o in told], [o.value for o in told])
+    return [o if v == o.value else Observation(o.index, o.active, v, o.block) for o, v in zip(told, vals)]
+
+
+def host_warnings(told: list[Observation]) -> list[str]:
+    """The hosts whose level differs (``blocks.level_warnings``)."""
+    from .blocks import level_warnings
+    return level_warnings([o.active for o in told], [o.block for o in told], [o.value for o in told])
 
 
 def replay(strategy, trials: Iterable[tuple[frozenset[str], float | None]]):

@@ -108,6 +108,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         confidence: float = 0.95,
         min_effect: float = 0.02,
         parallel: int = 1,
+        hosts: int = 1,
     ) -> None:
         if int(n) != n or n < 2:
             raise ValueError(f"n must be an integer >= 2 (good and bad endpoints), got {n!r}")
@@ -126,6 +127,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self.confidence = float(confidence)
         self.min_effect = float(min_effect)
         self.parallel = int(parallel)
+        # the driver pins item i of a batch to host i % hosts: the endpoints alternate per host
+        self.hosts = max(1, min(int(hosts), self.parallel))
         # Work in u = sign * log(value) so that "good" is always the larger u, and the regression
         # size d = u_good - u_bad > 0 whatever the metric's direction.
         self._sign = 1.0 if higher_is_better else -1.0
@@ -133,6 +136,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self._path: list[tuple[int, float | None]] = []
         self._obs_pos: list[int] = []
         self._obs_u: list[float] = []
+        self._obs_log: list[float] = []          # as told (log), and the host of each reading
+        self._obs_blk: list = []
         self._obs_t: list[int] = []
         self._untestable: set[int] = set()
         self._outstanding: list[int] = []
@@ -207,8 +212,10 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self._outstanding.extend(new)
         return list(new)
 
-    def tell(self, position: int, value: float | None) -> None:
-        """Record one trial of ``position``: its metric value, or None if it was untestable."""
+    def tell(self, position: int, value: float | None, block=None) -> None:
+        """Record one trial of ``position``: its metric value, or None if it was untestable.
+        ``block``: the host it was measured on; with several, each host's level is learned from
+        the positions several hosts measured (the endpoints first) and taken out of every reading."""
         if isinstance(position, bool) or int(position) != position or not 0 <= position < self.n:
             raise ValueError(f"position must be an integer in 0..{self.n - 1}, got {position!r}")
         position = int(position)
@@ -234,6 +241,10 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         else:
             self._obs_pos.append(position)
             self._obs_u.append(self._sign * math.log(value))
+            self._obs_log.append(math.log(value))
+            self._obs_blk.append(block)
+            if len(set(self._obs_blk)) > 1:
+                self._deblock()
             self._obs_t.append(t)
             self._obs_pathi.append(t - 1)
             if position in (0, self.n - 1):
@@ -241,6 +252,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         if self._phase == "confirm":
             self._update_confirm()
         elif self._phase == "steps":
+            if value is not None and len(set(self._obs_blk)) > 1:
+                value = math.exp(self._sign * self._obs_u[-1])     # host level taken out
             self._tell_child(position, value)
         elif self._phase == "models":
             self._update_models()
@@ -248,6 +261,17 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             self._update_bisect()
         if not self.done and len(self._path) >= self.max_trials:
             self._out_of_budget()
+
+    def _deblock(self) -> None:
+        """Refit the host offsets on every reading and correct every stored one (``blocks``)."""
+        from .blocks import host_offsets
+        off = host_offsets(self._obs_pos, self._obs_blk, self._obs_log)
+        self._obs_u[:] = [self._sign * (v - off.get(b, 0.0)) for v, b in zip(self._obs_log, self._obs_blk)]
+
+    def host_warnings(self) -> list[str]:
+        """The hosts whose level clearly differs from the first one's (``blocks.level_warnings``)."""
+        from .blocks import level_warnings
+        return level_warnings(self._obs_pos, self._obs_blk, [math.exp(v) for v in self._obs_log])
 
     def verdict(self) -> BisectVerdict:
         """The verdict; before ``done`` a provisional ``inconclusive`` one describing the state."""

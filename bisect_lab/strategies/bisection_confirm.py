@@ -32,6 +32,10 @@ class ConfirmPhase:
             if p in counts:
                 counts[p] += 1
         out: list[int] = []
+        if self.hosts > 1 and free == self.hosts:
+            # one per host: every host measures both endpoints, alternately (ABAB within a host)
+            r = len(self._obs_pos) // self.hosts + int(np.random.default_rng([self.seed, 1]).integers(2))
+            return [0 if (h + r) % 2 == 0 else self.n - 1 for h in range(free)]
         for _ in range(free):
             g, b = counts[0], counts[self.n - 1]
             if g != b:

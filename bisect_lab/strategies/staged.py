@@ -26,7 +26,7 @@ from ..verdicts import AttributionVerdict, Interaction
 from .attribution import AttributionStrategy
 from .decomposition import (loglinear_effects, reference_contrast, reference_ratio, shares_of_regression,
                             synergy)
-from .base import Observation, drive
+from .base import Observation, deblock, drive, host_warnings
 from .hypotheses import EXTENDED_RHO_GRID
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
@@ -87,8 +87,13 @@ class StagedAttribution:
 
     def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
                  max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
-                 max_stages: int = 2, thorough: bool = False, robust: bool = True, **kw):
+                 max_stages: int = 2, thorough: bool = False, robust: bool = True, hosts: int = 1, **kw):
         self.factors = tuple(factors)
+        # several hosts: each stage asks one arm per host at a time, chosen by joint information
+        self.hosts = max(1, int(hosts))
+        if self.hosts > 1:
+            kw.setdefault("batch_size", self.hosts)
+            kw["hosts"] = self.hosts
         # robust=False: today's rules before robust noise handling (a Gaussian gate, and a stage that
         # handed over unconfirmed still naming what it was sure of), kept for the benchmark's side by side
         self.robust = bool(robust)
@@ -105,6 +110,7 @@ class StagedAttribution:
         self.max_stages = max(1, int(max_stages))
         self.kw = kw
         self.observations: list[Observation] = []
+        self._told: list[Observation] = []          # as told: raw values, with their hosts
         self.stages: list[tuple[frozenset[str], AttributionStrategy]] = []
         self.verdicts: list[AttributionVerdict] = []
         self.notes: list[str] = []
@@ -145,23 +151,31 @@ class StagedAttribution:
                 return list(extra)
         return []
 
-    def tell(self, active, value: float | None) -> None:
+    def tell(self, active, value: float | None, block=None) -> None:
+        """One reading; ``block``: the host it was measured on (readings are compared within
+        hosts: a host's level is learned from the arms every host measures, never read as an effect)."""
         active = frozenset(active)
         if active in self._pending:
             self._pending.remove(active)
         if value is not None and (not np.isfinite(value) or value <= 0):
             value = None
-        self.observations.append(Observation(len(self.observations), active, value))
+        self._told.append(Observation(len(self._told), active, value, block))
+        if len({o.block for o in self._told if o.ok}) > 1:
+            self.observations = deblock(self._told)
+        else:
+            self.observations.append(self._told[-1])
         base, stage = self.stages[-1]
         if active >= base and not stage.done:
             stage.trial_numbers.append(len(self.observations) - 1)
-            stage.tell(active - base, value)
+            stage.tell(active - base, value, block)
 
     def verdict(self) -> AttributionVerdict:
-        if self._final is not None:
-            return self._final
+        v = self._final if self._final is not None else self._combine(provisional=True)
         # Asked before the end (progress display): the current best combination, provisional.
-        return self._combine(provisional=True)
+        hosts = host_warnings(self._told)
+        if hosts:
+            v = replace(v, warnings=tuple(dict.fromkeys(tuple(v.warnings) + tuple(hosts))))
+        return v
 
     def plan_estimate(self):
         """The first stage's planning estimate: good against bad, at the noise seen so far."""
@@ -196,7 +210,8 @@ class StagedAttribution:
         stage.trial_numbers = []
         for o in seeded:                        # what was measured inside this stage's space counts
             stage.trial_numbers.append(o.index)
-            stage.tell(o.active - base, o.value)
+            told = self._told[o.index]          # as measured: the stage fits the host levels itself
+            stage.tell(o.active - base, told.value, told.block)
         self.stages.append((base, stage))
 
     def _hand_over(self, stage: AttributionStrategy) -> bool:
