@@ -34,6 +34,7 @@ def run_result(res: dict | RunResult, console: Console) -> None:
     family = sum(1 for *_, cmp in blocks for r in cmp if r.get("p_adjusted") is not None) > 1
     for k, block in enumerate(blocks):
         _metric_tables(*block, family, console, primary_of=res if k == 0 else None)
+        _two_levels(res if k == 0 else res.secondary[k - 1], console)
     _warnings(res, console)
     _go_on(res, console)
 
@@ -74,6 +75,19 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
         p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
         c.add_row(escape(r["a"]), escape(r["b"]), escape(r["host"]), _pct(r.get("ratio")), ci, *p_adj, verdict)
     console.print(c)
+
+
+def _two_levels(block, console: Console) -> None:
+    """A metric measured in sessions: its variance components in one line, and with several hosts
+    each pair's effect pooled over the hosts (summaries.run_summary's ``variance``, ``across_hosts``)."""
+    from .summaries import variance_line
+    line = variance_line(block.get("variance"))
+    if line:
+        console.print(escape(f"{block.get('metric') or ''} noise: {line}".strip()))
+    for r in block.get("across_hosts") or []:
+        if r.get("ratio") is not None:
+            console.print(escape(f"pooled over {r.get('hosts')} hosts: {r['b']} vs {r['a']} {_pct(r['ratio'])} "
+                                 f"[{_pct(r['ci_low'])} .. {_pct(r['ci_high'])}] {r['verdict']}"))
 
 
 def _warnings(res: Result, console: Console) -> None:

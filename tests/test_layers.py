@@ -11,7 +11,8 @@ PKG = Path(bisect_lab.__file__).parent
 LAYERS = {
     1: {"model", "errors", "paths", "verdicts", "redact", "placeholders", "jsonable"},
     2: {"stats", "strategies"},
-    3: {"config", "patchset", "arms", "store", "parsers", "summaries", "nccl_log", "results", "sweepfile", "nights",
+    3: {"config", "patchset", "arms", "store", "parsers", "summaries", "summaries_sessions", "nccl_log", "results",
+        "sweepfile", "nights",
         "matrix"},
     4: {"hosts", "trees", "capture", "gpu", "fingerprint", "envcheck", "diffing"},
     5: {"runner", "campaigns"},

@@ -125,3 +125,108 @@ def test_information_per_second_prefers_the_arm_with_fewer_sessions():
     assert few > many > 0
     # a costlier launch gives less per second
     assert information_per_second(2, 80.0, 1.0, 1e-4, 1e-4) < information_per_second(2, 8.0, 1.0, 1e-4, 1e-4)
+
+
+# --- the run summary of trials measured in sessions (summaries.run_summary) ---
+
+import io  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from rich.console import Console  # noqa: E402
+
+from bisect_lab.model import Arm, Benchmark, Experiment, Target, TrialResult, TrialStatus  # noqa: E402
+from bisect_lab.render import run_result  # noqa: E402
+from bisect_lab.summaries import run_summary, variance_line  # noqa: E402
+
+
+@dataclass(frozen=True)
+class SessionTrial(TrialResult):
+    """A stored reading with its session (the field the serving sessions add to TrialResult)."""
+    session: str | None = None
+
+
+def session_trials(rng, arms, sessions, readings, sb, sw, hosts=("gpu-1",), host_level=None, warmup=1):
+    """``sessions`` launches per arm and host, ``readings`` readings each (plus ``warmup`` tagged
+    readings far off, which must never count); arm levels ``arms`` {spec: ratio}."""
+    out, i = [], 0
+    for h in hosts:
+        for spec, level in arms.items():
+            for s in range(sessions):
+                off = rng.normal(0, sb) + math.log((host_level or {}).get(h, 1.0))
+                for r in range(warmup + readings):
+                    v = 1000 * level * math.exp(off + rng.normal(0, sw)) * (0.5 if r < warmup else 1.0)
+                    out.append(SessionTrial(campaign="c", trial=i, arm=spec, status=TrialStatus.OK, host=h,
+                                            started=1.7e9 + i, duration_s=1.0, metrics={"tok_s": v},
+                                            tag="warmup" if r < warmup else None, session=f"{h}-{spec}-{s}"))
+                    i += 1
+    return out
+
+
+def _exp():
+    return Experiment(None, "demo", Target("/x"), Benchmark("bench", metric="tok_s"))
+
+
+def test_run_summary_blocks_by_session_and_reports_the_components():
+    rng = np.random.default_rng(21)
+    arms = [Arm("good", frozenset()), Arm("bad", frozenset())]
+    trials = session_trials(rng, {"good": 1.0, "bad": 0.97}, sessions=6, readings=5, sb=0.02, sw=0.004)
+    res = run_summary(_exp(), arms, trials, "c")
+    (c,) = res["comparisons"]
+    assert (c["n_a"], c["sessions_a"]) == (30, 6)
+    # the interval is the sessions' (+-2% launch to launch over 6 launches), not 30 readings' at 0.4%
+    naive = compare([t.metrics["tok_s"] for t in trials if t.arm == "good" and t.tag != "warmup"],
+                    [t.metrics["tok_s"] for t in trials if t.arm == "bad" and t.tag != "warmup"])
+    assert (c["ci_high"] - c["ci_low"]) > 2.5 * (naive.ci_high - naive.ci_low)
+    v = res["variance"]
+    assert v["sessions"] == 12 and v["readings"] == 60             # warmup readings never counted
+    assert 0.01 < v["between_cv"] < 0.035 and 0.003 < v["within_cv"] < 0.0055
+    assert res["arms"][0]["sessions"] == 6 and res["arms"][0]["n"] == 30
+    line = variance_line(v)
+    assert line.startswith("launch-to-launch CV ") and "within a launch 0.4%" in line and "(12 sessions, 60 readings)" in line
+    buf = io.StringIO()
+    run_result(res, Console(file=buf, width=200, color_system=None))
+    assert f"tok_s noise: {line}" in buf.getvalue()
+
+
+def test_without_sessions_the_summary_has_no_components():
+    rng = np.random.default_rng(22)
+    trials = [TrialResult(campaign="c", trial=i, arm=a, status=TrialStatus.OK, host="h", started=1.7e9 + i,
+                          duration_s=1.0, metrics={"tok_s": float(1000 * math.exp(rng.normal(0, 0.02)))})
+              for i, a in enumerate(["good", "bad"] * 5)]
+    res = run_summary(_exp(), [Arm("good", frozenset()), Arm("bad", frozenset())], trials, "c")
+    assert "variance" not in res and "across_hosts" not in res
+    (c,) = res["comparisons"]
+    ref = compare([t.metrics["tok_s"] for t in trials if t.arm == "good"],
+                  [t.metrics["tok_s"] for t in trials if t.arm == "bad"])
+    assert (c["ratio"], c["ci_low"], c["ci_high"], c["p_value"]) == (ref.ratio, ref.ci_low, ref.ci_high, ref.p_value)
+
+
+def test_a_host_whose_level_differs_is_reported_not_read_as_an_effect():
+    rng = np.random.default_rng(23)
+    arms = [Arm("good", frozenset()), Arm("bad", frozenset())]
+    trials = session_trials(rng, {"good": 1.0, "bad": 0.95}, sessions=4, readings=3, sb=0.005, sw=0.005,
+                            hosts=("node-a", "node-b"), host_level={"node-b": 0.9})
+    res = run_summary(_exp(), arms, trials, "c")
+    assert sorted(r["host"] for r in res["comparisons"]) == ["node-a", "node-b"]
+    (pooled,) = res["across_hosts"]
+    assert pooled["hosts"] == 2 and pooled["ci_low"] <= 0.95 <= pooled["ci_high"] and pooled["regression"]
+    assert any(w.startswith("host node-b reads") and "lower" in w and "not an effect" in w for w in res["warnings"])
+    levels = {r["host"]: r for r in res["host_levels"]}
+    assert levels["node-b"]["ratio"] < 0.93 < levels["node-a"]["ratio"]
+
+
+def test_report_says_the_components_in_one_sentence():
+    """report/run.py: the stored result's components, or computed from the trials when none stored."""
+    from bisect_lab.report.document import Section
+    from bisect_lab.report.run import _noise
+    rng = np.random.default_rng(24)
+    trials = [t for t in session_trials(rng, {"good": 1.0, "bad": 0.97}, sessions=3, readings=4, sb=0.02, sw=0.004)
+              if t.tag != "warmup"]
+    s = Section("Arms")
+    _noise(s, None, trials, "tok_s", ["good", "bad"])
+    (text,) = [b for b in s.blocks if isinstance(b, str)]
+    assert "launch-to-launch CV" in text and "(6 sessions, 24 readings)" in text
+    plain = Section("Arms")
+    _noise(plain, None, [TrialResult(**{k: getattr(t, k) for k in TrialResult.__dataclass_fields__})
+                         for t in trials], "tok_s", ["good", "bad"])
+    assert not [b for b in plain.blocks if isinstance(b, str)]       # no sessions: no sentence

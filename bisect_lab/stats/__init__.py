@@ -21,7 +21,7 @@ from .multiple import adjust_pvalues
 from .planning import log_cv, plan_trials
 from .robust import discount, kept, kept_pair
 from .sequential import MARGIN_FRAC, NO_REGRESSION_ALPHA_DIVISOR, GateResult, regression_gate
-from .sessions import (ReadingsChoice, VarianceComponents, choose_readings, compare_sessions, components,
+from .sessions import (ReadingsChoice, VarianceComponents, choose_readings, combine_blocks, compare_sessions, components,
                        information_per_second, session_means)
 from .summary import Summary, median_ci, summarize
 
@@ -31,5 +31,5 @@ __all__ = [
     "Step", "within_group_step", "adjust_pvalues", "discount", "kept", "kept_pair",
     "GateResult", "MARGIN_FRAC", "NO_REGRESSION_ALPHA_DIVISOR", "regression_gate",
     "VarianceComponents", "components", "compare_sessions", "session_means", "ReadingsChoice", "choose_readings",
-    "information_per_second",
+    "information_per_second", "combine_blocks",
 ]

@@ -26,7 +26,7 @@ from scipy import stats as _st
 from ._util import as_positive_array
 from .compare import Comparison, compare
 
-__all__ = ["VarianceComponents", "components", "compare_sessions", "session_means", "choose_readings",
+__all__ = ["VarianceComponents", "components", "compare_sessions", "session_means", "choose_readings", "combine_blocks",
            "ReadingsChoice", "information_per_second", "PRIOR_WITHIN_TO_BETWEEN"]
 
 # Before a campaign has measured both levels: assume a reading inside a launch is as noisy as the
@@ -284,3 +284,25 @@ def information_per_second(sessions: int, launch_s: float, reading_s: float, wit
     if cost <= 0:
         return math.inf
     return float((now - after) / cost) if math.isfinite(now) else math.inf
+
+
+def combine_blocks(parts: Sequence[Comparison], weights: Sequence[float] | None = None, *,
+                   higher_is_better: bool = True, min_effect: float = 0.02, alpha: float = 0.05) -> Comparison:
+    """One effect from the same comparison made within several blocks (hosts): the weighted mean of
+    the blocks' log ratios, its variance from theirs, Satterthwaite's df. ``weights`` are fixed by
+    the design (default: the harmonic session counts ``1 / (1/n_a + 1/n_b)``), not by the noise, so
+    a block whose variance happened to come out small does not take over. Blocks without a
+    standard error are left out; ``n_a`` / ``n_b`` are summed."""
+    use = [(c, w) for c, w in zip(parts, weights or [1.0 / (1.0 / max(c.n_a, 1) + 1.0 / max(c.n_b, 1)) for c in parts])
+           if math.isfinite(c.se_log) and math.isfinite(c.df) and c.ratio > 0 and w > 0]
+    na, nb = sum(c.n_a for c, _ in use), sum(c.n_b for c, _ in use)
+    if not use:
+        return Comparison(float("nan"), float("nan"), float("nan"), 1.0, "unknown", na, nb, False, False,
+                          higher_is_better, min_effect, alpha)
+    total = sum(w for _, w in use)
+    d = sum(w * math.log(c.ratio) for c, w in use) / total
+    terms = [((w / total) ** 2 * c.se_log ** 2, c.df) for c, w in use]
+    var = sum(t for t, _ in terms)
+    den = sum(t ** 2 / df for t, df in terms if df > 0)
+    df = var ** 2 / den if den > 0 else float(sum(df for _, df in terms))
+    return _from_log(d, math.sqrt(var), df, na, nb, higher_is_better, min_effect, alpha)
