@@ -106,7 +106,7 @@ def make_measure(method: str, m: Machine):
             vc = components(list(sessions.values())) if sessions else None
             known = vc is not None and vc.df_between >= 3 and vc.df_within >= 3
             k = choose_readings(m.launch, 1.0, vc.within_var if known else None,
-                                vc.between_var if known else None, hi=30).readings
+                                vc.between_var if known else None).readings
             return session(active, k)
         if active not in alive:                 # naive: one launch per arm, kept alive
             alive[active] = m.start()
@@ -144,6 +144,63 @@ def run_one(task):
     return launch, rho, method, right, m.cost, m.launches, per_launch, covered, total
 
 
+# --- one comparison at a fixed budget: where the readings per launch pay (no strategy's stage floor)
+
+BUDGET = 240                           # reading units per arm
+EFFECT = 0.95
+
+
+def one_comparison(rng, L: int, rho: float, method: str):
+    """good vs bad (5% slower), each arm spending ``BUDGET`` reading units: (covered, log-width)."""
+    from bisect_lab.stats import compare
+    from bisect_lab.stats.sessions import compare_sessions
+    sw = TOTAL_CV / math.sqrt(1 + rho ** 2)
+    sb = rho * sw
+
+    def sessions(k, m, lv):
+        offs = rng.normal(0, sb, size=(k, 1))
+        return list(np.exp(lv + offs + rng.normal(0, sw, size=(k, m))))
+
+    lv_b = math.log(EFFECT)
+    if method == "naive":                 # one launch per arm, every reading a unit
+        n = BUDGET - L
+        a = np.exp(rng.normal(0, sb) + rng.normal(0, sw, n))
+        b = np.exp(lv_b + rng.normal(0, sb) + rng.normal(0, sw, n))
+        c = compare(a, b)
+    else:
+        if method == "auto":              # a pilot of 2 launches per arm at the prior's m, then the choice
+            m0 = choose_readings(L, 1.0, None, None).readings
+            a, b = sessions(2, m0, 0.0), sessions(2, m0, lv_b)
+            vc = components([a, b])
+            m = choose_readings(L, 1.0, vc.within_var, vc.between_var).readings
+            k = max(0, int((BUDGET - 2 * (L + m0)) // (L + m)))
+            a, b = a + sessions(k, m, 0.0), b + sessions(k, m, lv_b)
+        else:
+            m = 1 if method == "launch" else FIXED_M
+            k = BUDGET // (L + m)
+            a, b = sessions(k, m, 0.0), sessions(k, m, lv_b)
+        c = compare_sessions(a, b)
+    return c.ci_low <= EFFECT <= c.ci_high, math.log(c.ci_high / c.ci_low)
+
+
+def comparison_table(cells, methods, reps: int) -> list[str]:
+    lines = [f"one comparison, good vs bad 5% slower, {BUDGET} reading units per arm, {reps} repetitions: "
+             "coverage of the 95% interval, its width, and the node-hours today's way needs for the same width",
+             f"{'L':>2} {'rho':>5} | {'method':<7} {'coverage':>9} {'width':>7} {'node-h to same precision':>25}",
+             "-" * 64]
+    for L, r in cells:
+        widths = {}
+        for meth in methods:
+            rng = np.random.default_rng([L, int(r * 100), METHODS.index(meth), 99])
+            out = [one_comparison(rng, L, r, meth) for _ in range(reps)]
+            cov = np.mean([o[0] for o in out])
+            widths[meth] = np.mean([o[1] for o in out])
+            rel = (widths[meth] / widths["launch"]) ** 2
+            note = "" if meth == "naive" else ("  coverage MET" if 0.935 <= cov <= 0.965 else "  coverage MISSED")
+            lines.append(f"{L:>2} {r:>5g} | {meth:<7} {cov:>9.1%} {widths[meth] * 100:>6.2f}% {rel:>24.2f}x{note}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 repetitions per cell and method (a smoke run)")
@@ -151,6 +208,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--cells", default="", help="comma-separated L:rho cells, e.g. 8:0.25,2:4 (default all six)")
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--comparison-reps", type=int, default=None,
+                    help="repetitions of the one-comparison table (default 1000, --quick 50; 0 skips it)")
+    ap.add_argument("--no-attribution", action="store_true", help="only the one-comparison table")
     ap.add_argument("--total-cv", type=float, default=TOTAL_CV, help="a reading's total noise (default 4%%)")
     a = ap.parse_args(argv)
     reps = a.reps or (3 if a.quick else 100)
@@ -159,6 +219,13 @@ def main(argv=None) -> int:
     methods = [x for x in a.methods.split(",") if x]
     if "launch" not in methods:
         methods.insert(0, "launch")             # the baseline the ratios are taken to
+    creps = a.comparison_reps if a.comparison_reps is not None else (50 if a.quick else 1000)
+    if creps:
+        t1 = time.time()
+        lines = comparison_table(cells, methods, creps)
+        print("\n".join(lines[:1]) + f" ({time.time() - t1:.0f} s)\n" + "\n".join(lines[1:]) + "\n")
+    if a.no_attribution:
+        return 0
     tasks = [(L, r, meth, rep, a.total_cv) for L, r in cells for meth in methods for rep in range(reps)]
     t0 = time.time()
     if a.jobs > 1:
