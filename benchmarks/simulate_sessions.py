@@ -168,14 +168,16 @@ def one_comparison(rng, L: int, rho: float, method: str):
         b = np.exp(lv_b + rng.normal(0, sb) + rng.normal(0, sw, n))
         c = compare(a, b)
     else:
-        if method == "auto":              # a pilot of 2 launches per arm at the prior's m, then the choice
-            m0 = choose_readings(L, 1.0, None, None).readings
-            a, b = sessions(2, m0, 0.0), sessions(2, m0, lv_b)
-            vc = components([a, b])
-            m = choose_readings(L, 1.0, vc.within_var, vc.between_var).readings
-            k = max(0, int((BUDGET - 2 * (L + m0)) // (L + m)))
-            a, b = a + sessions(k, m, 0.0), b + sessions(k, m, lv_b)
-        else:
+        if method == "auto":              # one launch per arm at a time, m re-chosen from the components so far
+            a, b, spent = [], [], 0
+            while True:
+                vc = components([a, b]) if a else None
+                known = vc is not None and vc.df_between >= 3 and vc.df_within >= 3
+                m = choose_readings(L, 1.0, vc.within_var if known else None, vc.between_var if known else None).readings
+                if spent + L + m > BUDGET:
+                    break
+                a, b, spent = a + sessions(1, m, 0.0), b + sessions(1, m, lv_b), spent + L + m
+        if method != "auto":
             m = 1 if method == "launch" else FIXED_M
             k = BUDGET // (L + m)
             a, b = sessions(k, m, 0.0), sessions(k, m, lv_b)

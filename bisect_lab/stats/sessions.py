@@ -227,7 +227,8 @@ def choose_readings(launch_s: float, reading_s: float, within_var: float | None,
     The classic two-stage optimum: with a launch costing ``launch_s`` and a reading ``reading_s``,
     ``m* = sqrt(launch_s / reading_s * within_var / between_var)``, rounded and clamped to
     ``[lo, hi]``. A variance not measured yet (``None`` / NaN) is replaced by the prior (within
-    equal to between, :data:`PRIOR_WITHIN_TO_BETWEEN`), and the sentence says so. A between-launch
+    equal to between, :data:`PRIOR_WITHIN_TO_BETWEEN`; at least 2 readings, so that the within-launch
+    noise gets measured), and the sentence says so. A between-launch
     variance of 0 (launches indistinguishable) gives ``hi``: then every reading is as good as a
     launch and readings are the cheap ones.
     """
@@ -253,10 +254,13 @@ def choose_readings(launch_s: float, reading_s: float, within_var: float | None,
         m = min((max(lo, min(hi, k)) for k in (math.floor(opt), math.ceil(opt)) if k >= 1), key=f, default=lo)
     else:
         m = hi
+    if prior and hi >= 2:
+        m = max(m, 2)          # two readings at least, or the within-launch noise is never measured
     noun = "reading" if m == 1 else "readings"
     if prior:
         why = (f"{m} {noun} per launch: a launch costs {cost:.3g} readings; launch-to-launch variation not "
-               f"measured yet, assumed as large as within a launch (prior)")
+               f"measured yet, assumed as large as within a launch (prior; at least 2 readings, so that "
+               f"the within-launch noise gets measured)")
     elif b <= 0:
         why = (f"{m} {noun} per launch (the most allowed): launches measured indistinguishable, "
                f"a launch costs {cost:.3g} readings")
