@@ -86,7 +86,8 @@ def test_attribution_escalation_smoke():
 def test_sessions_benchmark_smoke():
     """One cell, one repetition of today's way and of ``auto``: the table prints both, and today's
     way has exactly one reading per launch (its node-hours are the baseline, 1.00)."""
-    out = run("benchmarks/simulate_sessions.py", "--quick", "--reps", "1", "--cells", "2:4", "--methods", "launch,auto",
+    out = run("benchmarks/simulate_sessions.py", "--quick", "--reps", "1", "--comparison-reps", "20", "--cells", "2:4",
+              "--methods", "launch,auto",
               "--jobs", "1")
     rows = {l.split("|")[1].split()[0]: l.split("|")[1].split() for l in out.splitlines() if l.startswith(" 2     4 |")}
     assert set(rows) == {"launch", "auto"}, out
