@@ -38,6 +38,7 @@ def run_result(res: dict | RunResult, console: Console) -> None:
     family = sum(1 for *_, cmp in blocks for r in cmp if r.get("p_adjusted") is not None) > 1
     for k, block in enumerate(blocks):
         _metric_tables(*block, family, console, primary_of=res if k == 0 else None, run_min_effect=res.min_effect)
+        _two_levels(res if k == 0 else res.secondary[k - 1], console)
     _warnings(res, console)
     _go_on(res, console)
 
@@ -125,6 +126,20 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
         hosts = {x["host"] for x in comparisons}
         named = dict(r, a=typed.get(r["a"]) or r["a"], b=typed.get(r["b"]) or r["b"])     # as the user typed them
         console.print(escape(comparison_sentence(named, hib, min_effect) + (f" on {r['host']}" if len(hosts) > 1 else "")))
+
+
+def _two_levels(block, console: Console) -> None:
+    """A metric measured in sessions: its variance components in one line, and with several hosts
+    each pair's effect pooled over the hosts (summaries.run_summary's ``variance``, ``across_hosts``)."""
+    from .summaries import variance_line
+    line = variance_line(block.get("variance"))
+    if line:
+        console.print(escape(f"{block.get('metric') or ''} noise: {line}".strip()))
+    hib = block.get("higher_is_better", True)
+    for r in block.get("across_hosts") or []:
+        if r.get("ratio") is not None:
+            console.print(escape(f"pooled over {r.get('hosts')} hosts: "
+                                 + comparison_sentence(r, hib, block.get("min_effect"))))
 
 
 def _warnings(res: Result, console: Console, plain=None) -> None:

@@ -10,6 +10,7 @@ from collections import defaultdict
 
 from .jsonable import finite_or_none
 from .model import Arm, Experiment, TrialResult
+from .summaries_sessions import has_sessions, session_groups  # noqa: F401  (public here too)
 
 
 def positive_metric(v) -> float | None:
@@ -62,35 +63,63 @@ def flag_warnings(trials: list[TrialResult]) -> list[str]:
             for f, n in sorted(counts.items())]
 
 
+def variance_line(v: dict | None) -> str | None:
+    """The variance components of a summary's ``variance`` in a performance engineer's words:
+    "launch-to-launch CV 1.8%, within a launch 0.4% (12 sessions, 60 readings)"."""
+    if not v or not v.get("sessions"):
+        return None
+
+    def cv(x):
+        return "not measured" if x is None else f"{x * 100:.1f}%"
+    within = "not measured (one reading per launch)" if v.get("within_cv") is None else cv(v["within_cv"])
+    return (f"launch-to-launch CV {cv(v.get('between_cv'))}, within a launch {within} "
+            f"({v['sessions']} sessions, {v.get('readings', 0)} readings)")
+
+
 def run_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], campaign: str) -> dict:
     """Per-arm summaries and pairwise comparisons, blocked by host: for the primary metric and, under
-    ``secondary``, for each of ``[benchmark.secondary]``; one Holm family over all comparisons."""
+    ``secondary``, for each of ``[benchmark.secondary]``; one Holm family over all comparisons.
+
+    Trials measured in sessions (one server launch, several readings) are blocked by session:
+    session means are the units, and the summary carries the variance components (``variance``).
+    With several hosts, ``across_hosts`` holds each pair's effect estimated within hosts, then
+    pooled, and a host whose level differs on every arm is reported as such (a warning)."""
     b = exp.benchmark
     hosts = sorted({t.host for t in trials}) or ["local"]
-    out_arms, comparisons = _metric_summary(exp, arms, trials, b.metric, b.higher_is_better, hosts)
-    secondary = []
+    blocks = [_metric_summary(exp, arms, trials, b.metric, b.higher_is_better, hosts)]
     for metric, hib in b.secondary:
-        m_arms, m_cmp = _metric_summary(exp, arms, trials, metric, hib, hosts)
-        secondary.append({"metric": metric, "higher_is_better": hib, "arms": m_arms, "comparisons": m_cmp})
-    family = comparisons + [r for m in secondary for r in m["comparisons"]]
+        blocks.append(_metric_summary(exp, arms, trials, metric, hib, hosts))
+    out_arms, comparisons = blocks[0]["arms"], blocks[0]["comparisons"]
+    secondary = []
+    for (metric, hib), blk in zip(b.secondary, blocks[1:]):
+        m = {"metric": metric, "higher_is_better": hib, "arms": blk["arms"], "comparisons": blk["comparisons"]}
+        m.update({k: blk[k] for k in ("variance", "across_hosts", "host_levels") if k in blk})
+        secondary.append(m)
+    family = [r for blk in blocks for key in ("comparisons", "across_hosts") for r in blk.get(key, [])]
     missing = [m["metric"] for m in secondary if trials and not any(a["n"] for a in m["arms"])]
     warnings = holm_comparisons(family, exp.design.alpha)
     warnings += [f"secondary metric {m!r} was in no successful trial's output (parser {b.parser!r})" for m in missing]
+    warnings += [w for blk in blocks for w in blk.get("warnings", [])]
     out = {"campaign": campaign, "experiment": exp.name, "metric": b.metric,
            "higher_is_better": b.higher_is_better, "min_effect": exp.design.min_effect, "alpha": exp.design.alpha,
            "hosts": hosts,
            "arms": out_arms, "comparisons": comparisons, "trials": len(trials),
            "env_propagation": env_propagation(trials),
            "warnings": warnings + env_warnings(trials) + flag_warnings(trials)}
+    out.update({k: blocks[0][k] for k in ("variance", "across_hosts", "host_levels") if k in blocks[0]})
     if secondary:
         out["secondary"] = secondary
     return out
 
 
 def _metric_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult], metric: str, hib: bool,
-                    hosts: list[str]) -> tuple[list[dict], list[dict]]:
-    """One metric's per-arm rows and pairwise comparisons (per host)."""
+                    hosts: list[str]) -> dict:
+    """One metric's per-arm rows and pairwise comparisons (per host), and, measured in sessions, the
+    variance components; with several hosts the effects pooled over hosts."""
     from .stats import compare, plan_trials, summarize
+    if has_sessions(trials):
+        from .summaries_sessions import session_metric_summary
+        return session_metric_summary(exp, arms, trials, metric, hib, hosts, failures_by_arm(trials))
 
     def ok_values(spec: str, host: str | None = None) -> list[float]:
         return [float(t.metrics[metric]) for t in trials
@@ -129,7 +158,11 @@ def _metric_summary(exp: Experiment, arms: list[Arm], trials: list[TrialResult],
                 row.update(ratio=None, ci_low=None, ci_high=None, p_value=None, verdict="unknown",
                            regression=False)
             comparisons.append(row)
-    return out_arms, comparisons
+    out = {"arms": out_arms, "comparisons": comparisons}
+    if len(hosts) > 1:
+        from .summaries_sessions import across_hosts
+        out.update(across_hosts(exp, arms, trials, metric, hib, hosts))
+    return out
 
 
 def holm_comparisons(comparisons: list[dict], alpha: float) -> list[str]:

@@ -90,3 +90,15 @@ def test_fleet_simulation_quick():
     assert [(r[0], r[1], r[2]) for r in rows] == [(k, n, d) for k in ("one5", "bisect")
                                                  for n, d in (("1", "0%"), ("4", "0%"), ("4", "3%"))], out
     assert all(float(r[5]) == 1.0 for r in rows if r[1] == "1"), out
+
+
+def test_sessions_benchmark_smoke():
+    """One cell, one repetition of today's way and of ``auto``: the table prints both, and today's
+    way has exactly one reading per launch (its node-hours are the baseline, 1.00)."""
+    out = run("benchmarks/simulate_sessions.py", "--quick", "--reps", "1", "--comparison-reps", "20", "--cells", "2:4",
+              "--methods", "launch,auto",
+              "--jobs", "1")
+    rows = {l.split("|")[1].split()[0]: l.split("|")[1].split() for l in out.splitlines() if l.startswith(" 2     4 |")}
+    assert set(rows) == {"launch", "auto"}, out
+    assert rows["launch"][3] == "1.00" and rows["launch"][5] == "1.00", out
+    assert "targets met:" in out

@@ -11,8 +11,8 @@ PKG = Path(bisect_lab.__file__).parent
 LAYERS = {
     1: {"model", "errors", "paths", "verdicts", "redact", "placeholders", "jsonable", "terminal_text"},
     2: {"stats", "strategies"},
-    3: {"config", "cluster_config", "patchset", "arms", "store", "store_sessions", "parsers", "summaries", "nccl_log",
-        "results", "sweepfile", "nights", "matrix"},
+    3: {"config", "cluster_config", "patchset", "arms", "store", "store_sessions", "parsers", "summaries",
+        "summaries_sessions", "nccl_log", "results", "sweepfile", "nights", "matrix"},
     4: {"hosts", "trees", "capture", "gpu", "fingerprint", "envcheck", "diffing"},
     5: {"runner", "trial", "serving", "campaigns", "fleet"},
     6: {"cli", "commands", "pytest_plugin", "report", "report_plots", "render", "render_diff", "render_recheck", "__main__", "__init__",

@@ -84,6 +84,20 @@ def comparison_blocks(blocks: list[tuple[str, bool, list[dict]]], min_effect: fl
     return out
 
 
+def _noise(s: Section, variance: dict | None, trials: list[TrialResult], metric: str, arms: list[str]) -> None:
+    """The metric's variance components in one sentence, when it was measured in sessions (the
+    stored result's, else computed from the trials)."""
+    from ..summaries import variance_line
+    from ..summaries_sessions import has_sessions, session_groups, variance_dict
+    if variance is None and has_sessions(trials):
+        from ..stats.sessions import components
+        variance = variance_dict(components([g for a in arms if (g := session_groups(trials, metric, a))]))
+    line = variance_line(variance)
+    if line:
+        s.p(f"Noise of {code(metric)}, measured in sessions (one server launch, several readings): {line}. "
+            f"Comparisons use session means as their units.")
+
+
 def _status(rows: list[dict]) -> str:
     """The colour of the answer, from the primary metric's verdicts."""
     if any(r.get("regression") for r in rows):
@@ -132,6 +146,7 @@ def run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
             f"the campaign.")
     s.add(tables[0])
     s.add(table)
+    _noise(s, (res.get("variance") if stored else None), trials_m, metric, arms)
     sections.append(s)
     for (m, m_hib, _), m_table_arms, (m_table, m_sentences) in zip(blocks[1:], tables[1:], more):
         s = Section(f"Secondary metric: {m} ({'higher' if m_hib else 'lower'} is better)")
@@ -139,6 +154,8 @@ def run_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:
             s.p(" ".join(m_sentences))
         s.add(m_table_arms)
         s.add(m_table)
+        _noise(s, next((x.get("variance") for x in res.secondary or [] if x.get("metric") == m), None),
+               trials_m, m, arms)
         sections.append(s)
     sections.append(evidence_section(trials_m, metric, hib, arms))
     sections += trust_sections(store, trials_m, metric, hib, values)

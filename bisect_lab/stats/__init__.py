@@ -10,6 +10,9 @@ Public API:
   robust_sd / winsorize                  MAD-based spread, clipping at median +- k of it
   adjust_pvalues(p, method="holm")       multiple-comparison control
   discount / kept / kept_pair            readings a contamination model discounts as stalls
+  components(groups) -> VarianceComponents   launch-to-launch and within-launch variance (sessions)
+  compare_sessions(a, b, ...) -> Comparison  two arms measured in sessions (session means as units)
+  choose_readings(...) / information_per_second(...)   readings per launch, which arm to launch next
 """
 from .compare import Comparison, compare, welch_log, yuen_log
 from .diagnostics import (Drift, Step, detect_drift, outliers, robust_sd, winsorize, within_group_step,
@@ -18,6 +21,8 @@ from .multiple import adjust_pvalues
 from .planning import log_cv, plan_trials
 from .robust import discount, kept, kept_pair
 from .sequential import MARGIN_FRAC, NO_REGRESSION_ALPHA_DIVISOR, GateResult, regression_gate
+from .sessions import (ReadingsChoice, VarianceComponents, choose_readings, combine_blocks, compare_sessions, components,
+                       information_per_second, session_means)
 from .summary import Summary, median_ci, summarize
 
 __all__ = [
@@ -25,4 +30,6 @@ __all__ = [
     "log_cv", "Drift", "detect_drift", "within_group_trend", "outliers", "robust_sd", "winsorize",
     "Step", "within_group_step", "adjust_pvalues", "discount", "kept", "kept_pair",
     "GateResult", "MARGIN_FRAC", "NO_REGRESSION_ALPHA_DIVISOR", "regression_gate",
+    "VarianceComponents", "components", "compare_sessions", "session_means", "ReadingsChoice", "choose_readings",
+    "information_per_second", "combine_blocks",
 ]
