@@ -130,7 +130,6 @@ def test_information_per_second_prefers_the_arm_with_fewer_sessions():
 # --- the run summary of trials measured in sessions (summaries.run_summary) ---
 
 import io  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 
 from rich.console import Console  # noqa: E402
 
@@ -139,7 +138,6 @@ from bisect_lab.render import run_result  # noqa: E402
 from bisect_lab.summaries import run_summary, variance_line  # noqa: E402
 
 
-@dataclass(frozen=True)
 def session_trials(rng, arms, sessions, readings, sb, sw, hosts=("gpu-1",), host_level=None, warmup=1):
     """``sessions`` launches per arm and host, ``readings`` readings each (plus ``warmup`` tagged
     readings far off, which must never count); arm levels ``arms`` {spec: ratio}."""
