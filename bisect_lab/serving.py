@@ -180,8 +180,9 @@ class ServerSession:
                 _fresh_folder(host, sdir)
                 log_path = posixpath.join(sdir, "server.log")
                 rec = replace(rec, log_path=log_path)
-                env = {**env, CAMPAIGN_VAR: self.campaign}
-                launch = self._launch(att, tree, env, sdir, log_path, extra)
+                # The campaign id travels with the server (a resume finds what a killed run left
+                # running), never with the arm's environment: not in the readings' fingerprints.
+                launch = self._launch(att, tree, {**env, CAMPAIGN_VAR: self.campaign}, sdir, log_path, extra)
             except TrialFailed as f:
                 stored.append(self._store_row(f.outcome))
                 return self._end(rec, stored, launch, log_path, stored[-1].status.value)

@@ -84,6 +84,11 @@ def test_run_measures_in_sessions_with_warmup_readings_tagged(tmp_path):
         (log_path, tail), = db.execute("SELECT log_path, log_tail FROM sessions LIMIT 1").fetchall()
     assert Path(log_path).name == "server.log" and "toy server: launch" in Path(log_path).read_text()
     assert "toy server: launch" in tail
+    # the campaign id travels with the server, never into the readings' configuration: two
+    # campaigns of the same arm must be able to share a fingerprint
+    with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
+        fps = [row[0] for row in db.execute("SELECT data FROM fingerprints")]
+    assert fps and not any("BISECT_LAB_CAMPAIGN" in fp for fp in fps)
 
 
 def test_server_dying_mid_session_keeps_its_readings_and_log_tail(tmp_path):

@@ -3,8 +3,9 @@ and noise (layer 5).
 
 Before each launch the campaign's measured costs (a launch: until ready, plus its stop; a reading:
 its duration) and its variance components (launch-to-launch and within a launch, pooled over its
-arms) give the classic two-stage optimum (``stats.sessions.choose_readings``). Until a launch and
-two sessions are measured the choice rests on a prior, and says so. Every change of the choice is
+arms) give the classic two-stage optimum (``stats.sessions.choose_readings``). Until a launch is
+measured and enough launches show their spread (:data:`TRUST_DF_BETWEEN`) the choice rests on a
+prior, and says so. Every change of the choice is
 logged with its reason; a user-given integer is never touched (this is used only for "auto").
 """
 from __future__ import annotations
@@ -17,6 +18,12 @@ from ..runner import TrialSpec
 
 # Before any launch is measured: readings per launch (the prior's choice is at least 2 anyway).
 FIRST_READINGS = 3
+# Launch-to-launch variance is trusted from this many degrees of freedom between sessions (pooled
+# over arms) on; before that the prior stands in (a variance from 2-3 launches is mostly noise).
+TRUST_DF_BETWEEN = 4
+# A launch-to-launch variance estimated as zero from a handful of launches is not zero: it is
+# floored at this share of the within-launch variance (at most sqrt(cost / 0.05) readings).
+BETWEEN_FLOOR = 0.05
 
 
 class AutoReadings:
@@ -57,7 +64,9 @@ class AutoReadings:
         else:
             comp = components(self.groups())
             within = comp.within_var if comp.df_within else None
-            between = comp.between_var if comp.df_between and comp.df_within else None
+            between = None
+            if within is not None and comp.df_between >= TRUST_DF_BETWEEN:
+                between = max(comp.between_var, BETWEEN_FLOOR * within)
             choice = choose_readings(launch_s, reading_s, within, between, hi=self.hi)
             m, why = choice.readings, (f"{choice.why} (launch {launch_s:.1f} s until ready and stopped, "
                                        f"reading {reading_s:.1f} s)")
