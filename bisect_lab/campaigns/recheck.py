@@ -69,6 +69,8 @@ def recheck(session: Session, ref: str, *, sessions: int = 5) -> RecheckResult:
     arm = parse_arm(old.arm, exp.patchset)
     old_ref = f"{old.campaign}:{old.trial}"
     old_value = math.exp(sum(math.log(v) for v in values) / len(values))
+    if exp.server is not None:
+        session.fixed_readings = len(values)      # launches like the old one: as many readings each
     params = {"of": old_ref, "old_value": old_value, "old_readings": len(values), "old_tree_hash": old.tree_hash}
     cid, _, trials = measure_arms(session, [arm.spec], repeat=sessions, commit=old.commit, kind="recheck",
                                   params=params)

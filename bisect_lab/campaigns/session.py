@@ -56,6 +56,8 @@ class Session:
     on_plan: Callable[[int], None] | None = None      # an estimate of total trials, updated as it changes
     on_replay: Callable[[TrialResult], None] | None = None   # a stored trial taken instead of a run (resume)
     campaign: str | None = None
+    # readings per serving session regardless of [server] readings (recheck: as many as the old launch)
+    fixed_readings: int | None = None
 
     def __post_init__(self):
         from ..redact import use_key
@@ -129,7 +131,9 @@ class Session:
         """The executor of the open campaign, on ``workers`` (default: every host)."""
         srv = self.experiment.server
         readings_for = None
-        if srv is not None and srv.readings == "auto":
+        if srv is not None and self.fixed_readings:
+            readings_for = lambda spec: self.fixed_readings      # noqa: E731  (recheck: as many as then)
+        elif srv is not None and srv.readings == "auto":
             # the cost-aware choice, re-made before each launch from this campaign's own costs and noise
             from .readings import AutoReadings
             readings_for = AutoReadings(self.store, self._cid(), self.metric, self.log)

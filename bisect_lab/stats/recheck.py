@@ -45,7 +45,8 @@ def check_launch(old: float, old_readings: int, sessions: list[list[float]], *, 
     (today's launches of the same arm, each a list of readings).
 
     A new launch's mean varies by the launch-to-launch variance plus the within-launch variance over
-    its readings; today's mean adds its own uncertainty. Student's t with (sessions - 1) df."""
+    its readings; today's mean adds its own uncertainty. Student's t, with Satterthwaite's df when
+    the old launch had another number of readings than today's."""
     logs = [np.log(np.asarray(s, dtype=float)) for s in sessions if len(s)]
     if len(logs) < 2:
         raise ValueError("need at least two sessions of today's measurements")
@@ -57,14 +58,25 @@ def check_launch(old: float, old_readings: int, sessions: list[list[float]], *, 
     s2 = float(means.var(ddof=1))
     comp = components([list(np.exp(x)) for x in logs])
     m_today = float(np.mean([x.size for x in logs]))
-    var_old = s2         # today's session means vary by between + within / (readings per launch today)
+    # today's session means vary by between + within / (readings per launch today); the old
+    # launch had its own number of readings: the within part moves to it. Satterthwaite's df for
+    # the sum of the two estimated parts (the session means' with n-1 df, the within one's).
+    a_part = s2 * (1.0 + 1.0 / n)
+    b_part, df_b = 0.0, comp.df_within
     w = comp.within_var
-    if comp.df_within and math.isfinite(w):
-        # the old launch had its own number of readings: move the within part to it
-        var_old = max(s2 + w * (1.0 / max(1, old_readings) - 1.0 / m_today), w / max(1, old_readings))
-    se = math.sqrt(var_old + s2 / n)
+    if df_b and math.isfinite(w):
+        b_part = w * (1.0 / max(1, old_readings) - 1.0 / m_today)
+    total = a_part + b_part
+    if total <= 0 and df_b and math.isfinite(w):
+        total = w / max(1, old_readings) + s2 / n       # (fewer readings today than then, little spread)
+    se = math.sqrt(total)
     d = math.log(old) - mu
-    df = n - 1
+    den = a_part ** 2 / (n - 1) + (b_part ** 2 / df_b if df_b else 0.0)
+    # (with more readings then than today the parts are a difference, for which Satterthwaite's df
+    # run low: the interval is then conservative, about 99% at 10 readings then and 4 today;
+    # recheck itself takes as many readings per launch as the old launch had, where this is exact)
+    df = min(float(n - 1 + (df_b or 0)), (a_part + b_part) ** 2 / den) if den > 0 else float(n - 1)
+    df = max(df, 1.0)
     t = float(st.t.ppf(0.5 + level / 2, df))
     z = d / se if se > 0 else (0.0 if d == 0 else math.copysign(math.inf, d))
     p = float(2 * st.t.sf(abs(z), df)) if math.isfinite(z) else 0.0
