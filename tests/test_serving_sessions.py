@@ -3,6 +3,7 @@ once per session in the prepared tree of a real git target, real benchmark proce
 real SQLite. Each test checks what the store and the CLI say of sessions, readings and failures."""
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -99,7 +100,7 @@ def test_server_dying_mid_session_keeps_its_readings_and_log_tail(tmp_path):
     assert "(arm none, port " in p.stderr and ": ready in " in p.stderr
     assert "session s0: server-died after 2 of 4 readings: fatal: CUDA error" in p.stderr, p.stderr
     r = results(tmp_path)
-    sessions = r.sessions()           # `run` of one arm measures it against "all": two sessions
+    sessions = r.sessions()           # `run` of one arm measures it beside its counterpart: two sessions
     assert list(sessions.status) == ["server-died"] * 2 and list(sessions.readings) == [1, 1]
     trials = r.trials().sort_values("trial")
     assert list(trials.status) == ["ok", "ok", "server-died"] * 2
@@ -107,7 +108,8 @@ def test_server_dying_mid_session_keeps_its_readings_and_log_tail(tmp_path):
     assert list(trials.tag.fillna("")) == ["warmup", "", ""] * 2
     assert "illegal memory access" in trials.error.iloc[-1]
     # the counted reading before the death is a measurement: the campaign went on and judged it
-    assert "local none: 10" in p.stderr and "local all: 7" in p.stderr
+    assert re.search(r"arm none on local: (9\d|10\d)\.", p.stderr) and re.search(r"arm all on local: [67]\d\.", p.stderr), \
+        p.stderr
     with sqlite3.connect(tmp_path / "res" / "bisect-lab.sqlite") as db:
         tails = [t for (t,) in db.execute("SELECT log_tail FROM sessions")]
     assert all("illegal memory access" in t for t in tails)
