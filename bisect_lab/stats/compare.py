@@ -119,6 +119,14 @@ def compare(a, b, *, higher_is_better: bool = True, min_effect: float = 0.02,
         d, se, df, _, _ = robust_log(a, b)
     else:
         d, se, df = welch_log(a, b)
+    return from_log(d, se, df, na, nb, higher_is_better=higher_is_better, min_effect=min_effect, alpha=alpha)
+
+
+def from_log(d: float, se: float, df: float, na: int, nb: int, *, higher_is_better: bool = True,
+             min_effect: float = 0.02, alpha: float = 0.05) -> Comparison:
+    """The comparison of a log difference ``d`` with standard error ``se`` on ``df`` degrees of
+    freedom (``na`` / ``nb`` units per arm): interval, p, verdict. Shared by :func:`compare` and
+    the session-blocked comparisons (``stats.sessions``)."""
     if not math.isfinite(se):
         ratio = math.exp(d) if math.isfinite(d) else float("nan")
         return Comparison(ratio, 0.0 if na and nb else float("nan"), float("inf") if na and nb else float("nan"),

@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats as _st
 
 from ._util import as_positive_array
-from .compare import Comparison, compare
+from .compare import Comparison, compare, from_log
 
 __all__ = ["VarianceComponents", "components", "compare_sessions", "session_means", "choose_readings", "combine_blocks",
            "ReadingsChoice", "information_per_second", "PRIOR_WITHIN_TO_BETWEEN"]
@@ -186,24 +186,7 @@ def _pool_ok(a_groups, b_groups, ma, mb, pooled: VarianceComponents) -> bool:
 
 
 def _from_log(d, se, df, na, nb, higher_is_better, min_effect, alpha) -> Comparison:
-    if se == 0.0:
-        lo = hi = d
-        p = 1.0 if d == 0 else 0.0
-    else:
-        q = _st.t.ppf(1 - alpha / 2, df)
-        lo, hi = d - q * se, d + q * se
-        p = float(2 * _st.t.sf(abs(d) / se, df))
-    ratio, cl, ch = math.exp(d), math.exp(lo), math.exp(hi)
-    if cl > 1.0 or ch < 1.0:
-        verdict = "different"
-    elif cl >= 1.0 - min_effect and ch <= 1.0 + min_effect:
-        verdict = "same"
-    else:
-        verdict = "unknown"
-    worse = ratio < 1.0 if higher_is_better else ratio > 1.0
-    diff = verdict == "different"
-    return Comparison(ratio, cl, ch, p, verdict, na, nb, diff and worse, diff and not worse,
-                      higher_is_better, min_effect, alpha, df, se)
+    return from_log(d, se, df, na, nb, higher_is_better=higher_is_better, min_effect=min_effect, alpha=alpha)
 
 
 @dataclass(frozen=True)
