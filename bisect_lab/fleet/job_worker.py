@@ -225,7 +225,9 @@ class SlurmJobWorker:
         ending = T.read_json(self._dir / T.ENDING)
         if out.result.ok or ending is None:
             return out
-        node = self.host.name
+        # The job can end before this loop read its node file: the node is then the one the
+        # trial itself recorded (never the slot's placeholder name, which names no machine).
+        node = self.host.node or (T.read_json(self._dir / T.NODE_FILE) or {}).get("node") or out.result.host
         self._job = None
         self.host.node = None
         self.pool.job_is(job_id, "done", f"on {node} ended by Slurm ({ending.get('signal')})")
