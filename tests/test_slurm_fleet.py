@@ -68,17 +68,23 @@ def test_run_measures_on_two_jobs_at_once(tmp_path, slurm):
 
 @pytest.mark.slurm
 def test_attribute_and_bisect_on_slurm(tmp_path, slurm):
-    exp = slurm_toy(tmp_path / "a", max_jobs=1, effects={"slow": 0.7, "noop": 1.0})
+    # Two jobs at once: the strategies ask one arm (or commit) per free job
+    exp = slurm_toy(tmp_path / "a", max_jobs=2, effects={"slow": 0.7, "noop": 1.0})
     p = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all", "--json", timeout=240)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["culprits"] == ["slow"], res["culprits"]
+    hosts = {r[0] for r in campaign_rows(tmp_path, res["campaign"], "host")}
     repo, good, shas, bexp = repo_with_history(tmp_path / "b", n=6, culprit=4)
-    bexp.write_text(bexp.read_text() + CLUSTER.format(max_jobs=1, more=""))
+    bexp.write_text(bexp.read_text() + CLUSTER.format(max_jobs=2, more=""))
     p = cli(tmp_path, "bisect", bexp, "--good", good, "--bad", "main", "--json", timeout=240)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["status"] == "culprit" and res["commit"] == shas[4], res
+    hosts |= {r[0] for r in campaign_rows(tmp_path, res["campaign"], "host")}
+    assert hosts <= set(slurm), hosts
+    if len(slurm) >= 2:
+        assert len(hosts) == 2, hosts                  # both jobs measured
 
 
 @pytest.mark.slurm
@@ -148,3 +154,35 @@ def test_jobs_pending_past_the_limit_stop_as_inconclusive(tmp_path, slurm):
         subprocess.run(["scancel", *holders])
     left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "bisect-lab-" not in left                   # our pending job was cancelled
+
+
+@pytest.mark.slurm
+def test_sweep_on_two_jobs_finds_the_planted_night(tmp_path, slurm):
+    """A nightly sweep whose experiment has `[cluster]`: every night's trials run in two Slurm jobs at
+    once (the node is the trial's host), and the planted night alerts through the real command line."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "perf"))
+    from toytarget import Toy
+    toy = Toy(tmp_path / "t", cv=0.01)
+    toy.experiment.write_text(toy.experiment.read_text() + CLUSTER.format(max_jobs=2, more=""))
+    sweep = toy.root / "nightly.toml"
+    sweep.write_text('name = "nightly"\nexperiment = "toy.toml"\nref = "main"\nrepeat = 2\n'
+                     '[matrix]\narms = ["all", "none"]\n[detect]\nmin_effect = 0.05\npermutations = 99\n')
+    statuses, hosts = [], set()
+    for night in range(3):
+        if night == 2:
+            toy.commit(0.8, "planted: 20% slower")
+        elif night:
+            toy.touch("night 1: docs")
+        p = cli(tmp_path, "sweep", sweep, "--json", timeout=240)
+        assert p.returncode == (1 if night == 2 else 0), p.stderr
+        res = json.loads(p.stdout)
+        statuses.append({s["arm"]: s["status"] for s in res["series"]})
+        hosts |= {r[0] for r in campaign_rows(tmp_path, res["campaign"], "host")}
+    assert statuses[0] == {"all": "no-history", "none": "no-history"}, statuses
+    assert set(statuses[1].values()) == {"ok"}, statuses
+    assert statuses[2] == {"all": "regression", "none": "regression"}, statuses
+    assert hosts <= set(slurm), hosts
+    if len(slurm) >= 2:
+        assert len(hosts) == 2, hosts                  # both jobs measured
+    left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert "bisect-lab-" not in left                   # every night's jobs were told to stop
