@@ -117,6 +117,38 @@ def test_a_job_cancelled_mid_trial_has_its_trial_retried_on_another_job(tmp_path
 
 
 @pytest.mark.slurm
+def test_resume_after_kill_9_reattaches_to_the_running_job(tmp_path, slurm):
+    """The driver dies (kill -9) while its job measures: `run --resume ID` finds the job still
+    running, reattaches to it instead of submitting another, and stores every trial once."""
+    exp = slurm_toy(tmp_path, max_jobs=1, bench_command="sleep 1; python3 bench.py")
+    proc = subprocess.Popen([sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
+                             str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jobs = tmp_path / "res" / "slurm-jobs"
+    deadline = time.monotonic() + 90
+    job = None
+    while time.monotonic() < deadline and job is None:
+        for slot in jobs.glob("*/slot0.json"):
+            if list((slot.parent / "slot0-0" / "running").glob("*.json")):
+                job = json.loads(slot.read_text())["job_id"]
+                proc.kill()
+        time.sleep(0.05)
+    proc.communicate(timeout=30)
+    assert job, "no trial started"
+    cid = only_campaign(tmp_path)
+    assert job in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    p = cli(tmp_path, "run", "--resume", cid, timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert f"slurm: job {job} reattached" in p.stderr, p.stderr
+    assert "queued (" not in p.stderr.replace(f"job {job} reattached", ""), p.stderr   # no new job
+    rows = campaign_rows(tmp_path, cid, "trial, status, host")
+    assert [r[1] for r in rows] == ["ok"] * len(rows) and len({r[0] for r in rows}) == len(rows), rows
+    assert sum(1 for r in rows) >= 3 and {r[2] for r in rows} <= set(slurm), rows
+    left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert f"bisect-lab-{cid}" not in left
+
+
+@pytest.mark.slurm
 def test_unknown_partition_is_exit_2_before_submitting(tmp_path, slurm):
     exp = slurm_toy(tmp_path, more='partition = "debgu"')
     before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
