@@ -27,6 +27,7 @@ from .attribution import AttributionStrategy
 from .decomposition import (loglinear_effects, reference_contrast, reference_ratio, shares_of_regression,
                             synergy)
 from .base import Observation, deblock, drive, host_warnings
+from .attribution_fit import stage_misfits
 from .hypotheses import EXTENDED_RHO_GRID
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
@@ -87,7 +88,8 @@ class StagedAttribution:
 
     def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
                  max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
-                 max_stages: int = 2, thorough: bool = False, robust: bool = True, hosts: int = 1, **kw):
+                 max_stages: int = 2, thorough: bool = False, robust: bool = True, hosts: int = 1,
+                 misfit_handover: bool = True, **kw):
         self.factors = tuple(factors)
         # several hosts: each stage asks one arm per host at a time, chosen by joint information
         self.hosts = max(1, int(hosts))
@@ -98,6 +100,9 @@ class StagedAttribution:
         # handed over unconfirmed still naming what it was sure of), kept for the benchmark's side by side
         self.robust = bool(robust)
         kw["robust"] = self.robust
+        # a first stage whose readings fit none of its hypotheses hands over at once (False: at
+        # its soft limit only, as before; kept for the benchmark's side by side)
+        self.misfit_handover = bool(misfit_handover)
         self.thorough = bool(thorough)
         if self.thorough:
             kw.setdefault("rhos", EXTENDED_RHO_GRID)
@@ -226,14 +231,19 @@ class StagedAttribution:
             post = stage.posterior
             return (self.robust and own >= STAGE_SOFT_TRIALS and post is not None
                     and float(post.factor_marginals().max()) < SURE)
-        if self._soft_limit is None or len(self.stages) != 1 or stage.trials < self._soft_limit:
+        if self._soft_limit is None or len(self.stages) != 1:
+            return False
+        if stage.trials < self._soft_limit and not (self.robust and self.misfit_handover):
             return False
         if self.robust and not stage.regression_confirmed:
             # with no confirmed regression there is nothing to peel: handing over had named, at
             # posterior 0.99, whatever a stall or a heavy-tail draw had made look like a culprit
             return False
         post = stage.posterior
-        return post is not None and float(post.factor_marginals().max()) >= SURE
+        if post is None or float(post.factor_marginals().max()) < SURE:
+            return False
+        # before the soft limit: only when no one-stage hypothesis fits what was measured
+        return stage.trials >= self._soft_limit or stage_misfits(stage)
 
     def _named(self, v: AttributionVerdict, stage: int | None = None) -> list[str]:
         """What a stage names: its confirmed culprits; the first stage, when it ran out of budget,
