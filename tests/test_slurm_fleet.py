@@ -87,23 +87,28 @@ def test_attribute_and_bisect_on_slurm(tmp_path, slurm):
         assert len(hosts) == 2, hosts                  # both jobs measured
 
 
-@pytest.mark.slurm
-def test_a_job_cancelled_mid_trial_has_its_trial_retried_on_another_job(tmp_path, slurm):
-    exp = slurm_toy(tmp_path, max_jobs=1, bench_command="sleep 1.5; python3 bench.py")
+def run_until_a_trial_runs(tmp_path, *, repeat: int, bench: str):
+    """``run`` with one Slurm job, in the background; returns ``(proc, job_id)`` once the job has
+    taken a trial (``job_id`` None when none started within 90 s)."""
+    exp = slurm_toy(tmp_path, max_jobs=1, bench_command=bench)
     proc = subprocess.Popen([sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
-                             str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "2"],
+                             str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", str(repeat)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     jobs = tmp_path / "res" / "slurm-jobs"
     deadline = time.monotonic() + 90
-    killed = None
-    while time.monotonic() < deadline and killed is None:
+    while time.monotonic() < deadline:
         for slot in jobs.glob("*/slot0.json"):
-            running = list((slot.parent / "slot0-0" / "running").glob("*.json"))
-            if running:
-                killed = json.loads(slot.read_text())["job_id"]
-                subprocess.run(["scancel", killed], check=True)
-        time.sleep(0.1)
+            if list((slot.parent / "slot0-0" / "running").glob("*.json")):
+                return proc, json.loads(slot.read_text())["job_id"]
+        time.sleep(0.05)
+    return proc, None
+
+
+@pytest.mark.slurm
+def test_a_job_cancelled_mid_trial_has_its_trial_retried_on_another_job(tmp_path, slurm):
+    proc, killed = run_until_a_trial_runs(tmp_path, repeat=2, bench="sleep 1.5; python3 bench.py")
     assert killed, "no trial started"
+    subprocess.run(["scancel", killed], check=True)
     out, err = proc.communicate(timeout=150)
     assert proc.returncode == 0, err
     rows = campaign_rows(tmp_path, only_campaign(tmp_path), "trial, status, host, error")
@@ -120,19 +125,8 @@ def test_a_job_cancelled_mid_trial_has_its_trial_retried_on_another_job(tmp_path
 def test_resume_after_kill_9_reattaches_to_the_running_job(tmp_path, slurm):
     """The driver dies (kill -9) while its job measures: `run --resume ID` finds the job still
     running, reattaches to it instead of submitting another, and stores every trial once."""
-    exp = slurm_toy(tmp_path, max_jobs=1, bench_command="sleep 1; python3 bench.py")
-    proc = subprocess.Popen([sys.executable, "-m", "bisect_lab", "--results", str(tmp_path / "res"), "--cache",
-                             str(tmp_path / "cache"), "run", str(exp), "--patches", "all", "--repeat", "3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    jobs = tmp_path / "res" / "slurm-jobs"
-    deadline = time.monotonic() + 90
-    job = None
-    while time.monotonic() < deadline and job is None:
-        for slot in jobs.glob("*/slot0.json"):
-            if list((slot.parent / "slot0-0" / "running").glob("*.json")):
-                job = json.loads(slot.read_text())["job_id"]
-                proc.kill()
-        time.sleep(0.05)
+    proc, job = run_until_a_trial_runs(tmp_path, repeat=3, bench="sleep 1; python3 bench.py")
+    proc.kill()
     proc.communicate(timeout=30)
     assert job, "no trial started"
     cid = only_campaign(tmp_path)
