@@ -304,11 +304,6 @@ def experiment_from_dict(raw: dict, path: Path) -> Experiment:
     name = name or path.stem
     from .cluster_config import parse_cluster
     cluster = parse_cluster(raw.get("cluster"), path, _Section)
-    if server is not None and cluster.engine == "slurm":
-        # A session's server runs where its readings run; the Slurm job's worker does not launch
-        # servers yet, and a session split between driver and node would measure nothing real.
-        raise ConfigError(path, "server", "serving sessions do not run in Slurm jobs yet: use [host] "
-                                          "(local or ssh) with [server], or drop [server] for [cluster]")
     return Experiment(path=path, name=str(name), target=target, benchmark=bench, env=tuple(env),
                       host=host, gpu=gpu, design=design, patchset=patchset, server=server,
                       cluster=cluster)

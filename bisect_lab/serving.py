@@ -383,6 +383,39 @@ class ServerSession:
         return session_result(rec, readings, self.server.warmup_readings, self.spec.tag)
 
 
+# --------------------------------------------------------------------------- away from the store
+class RecordingStore:
+    """A store stand-in for a session measured where the store is not (a Slurm node): it keeps
+    what the session tells it, in order, for the driver to store (:meth:`SessionRunner.once`)."""
+
+    def __init__(self):
+        self.records: list[SessionRecord] = []
+        self.rows: list = []
+
+    def start_session(self, rec: SessionRecord) -> None:
+        self.records.append(rec)
+
+    def end_session(self, rec: SessionRecord) -> None:
+        self.records.append(rec)
+
+    def add_trial(self, t: TrialResult, *, extra: dict | None = None, fingerprint_data: dict | None = None):
+        from .trial import TrialOutcome
+        self.rows.append(TrialOutcome(t, extra or {}, fingerprint_data))
+
+
+def measure_session_here(worker: "HostWorker", spec: TrialSpec, campaign: str, name: str, readings: int,
+                         log: Log) -> tuple[list[SessionRecord], list, list[str]]:
+    """One whole session on this machine without a store: ``(records, rows, log lines)``, the
+    readings numbered from 0 (what a Slurm job sends back; the driver numbers them)."""
+    store, lines, counter = RecordingStore(), [], iter(range(10 ** 6))
+
+    def say(msg: str) -> None:
+        lines.append(msg)
+        log(msg)
+    ServerSession(worker, spec, campaign, name, readings, lambda: next(counter), store, say).run()
+    return store.records, store.rows, lines
+
+
 # --------------------------------------------------------------------------- the executor's part
 class SessionRunner:
     """What :class:`~bisect_lab.runner.Executor` does with ``[server]``: one session per spec,
@@ -421,9 +454,27 @@ class SessionRunner:
             ex.replayed += 1
             ex.on_replay(result)
             return result
-        session = ServerSession(worker, spec, ex.campaign, self._name(), max(1, int(self.readings_for(spec))),
-                                ex._take_index, ex.store, ex.log)
-        result = session.run()
+        name, readings = self._name(), max(1, int(self.readings_for(spec)))
+        remote = getattr(worker, "run_session", None)
+        if remote is not None:
+            result = self._store_remote(spec, *remote(spec, ex.campaign, name, readings))
+        else:
+            result = ServerSession(worker, spec, ex.campaign, name, readings, ex._take_index, ex.store,
+                                   ex.log).run()
         ex.measured += 1
         ex.on_trial(result)
         return result
+
+    def _store_remote(self, spec: TrialSpec, records: list[SessionRecord], rows: list) -> TrialResult:
+        """Store a session measured elsewhere (a Slurm job): its readings numbered in this
+        campaign, in the order they were taken; its result as if measured here."""
+        ex = self.ex
+        first, last = records[0], records[-1]
+        ex.store.start_session(replace(first, campaign=ex.campaign))
+        stored: list[TrialResult] = []
+        for out in sorted(rows, key=lambda o: o.result.trial):
+            result = replace(out.result, trial=ex._take_index(), campaign=ex.campaign)
+            ex.store.add_trial(result, extra=out.extra, fingerprint_data=out.fingerprint_data)
+            stored.append(result)
+        ex.store.end_session(replace(last, campaign=ex.campaign))
+        return session_result(last, stored, ex.exp.server.warmup_readings, spec.tag)

@@ -77,9 +77,8 @@ def test_server_cli_error_is_one_line_exit_2(tmp_path):
     assert "needs ready_url" in line
 
 
-def test_server_with_a_slurm_cluster_is_refused_in_one_line(tmp_path):
-    """Sessions do not run in Slurm jobs yet: said at load time (exit 2), not found out mid-campaign."""
+def test_server_with_a_slurm_cluster_loads_both(tmp_path):
+    """Sessions run whole inside Slurm jobs (tests/test_slurm_fleet.py): the two tables load together."""
     p = write(tmp_path, BASE + 'ready_log = "ready"\n[cluster]\nengine = "slurm"\npartition = "debug"\n')
-    with pytest.raises(ConfigError) as e:
-        load_experiment(p)
-    assert "do not run in Slurm jobs yet" in str(e.value)
+    exp = load_experiment(p)
+    assert exp.server is not None and exp.cluster.is_slurm and exp.cluster.partition == "debug"

@@ -212,3 +212,30 @@ def test_sweep_on_two_jobs_finds_the_planted_night(tmp_path, slurm):
         assert len(hosts) == 2, hosts                  # both jobs measured
     left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "bisect-lab-" not in left                   # every night's jobs were told to stop
+
+
+@pytest.mark.slurm
+def test_serving_sessions_run_inside_the_slurm_jobs(tmp_path, slurm):
+    """`[server]` with `[cluster]`: each session (the server launched on the node, a warmup and the
+    counted readings, the stop) runs whole inside a Slurm job; the driver stores its readings and
+    its session row, with the node as host, and two jobs measure at once."""
+    from test_serving_sessions import results, served_toy
+    exp = served_toy(tmp_path, effects={"slow": 0.7, "noop": 1.0}, more=CLUSTER.format(max_jobs=2, more=""))
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--patches", "all-minus slow", "--repeat", "1", "--json",
+            timeout=240)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    r = results(tmp_path)
+    sessions, trials = r.sessions(), r.trials()
+    # every job slot measured every arm once: 4 sessions of 1 warmup + 2 counted readings each
+    assert len(sessions) == 4 and set(sessions.status) == {"ok"} and set(sessions.readings) == {2}, sessions
+    assert set(sessions.host) <= set(slurm) and (len(slurm) < 2 or sessions.host.nunique() == 2), sessions.host
+    assert len(trials) == 12 and sorted(trials.trial) == list(range(12))        # numbered by the driver
+    assert set(trials.session) == set(sessions.session) and (trials.tag == "warmup").sum() == 4
+    assert (sessions.ready_s > 0).all()
+    arms = {a["arm"]: a for a in res["arms"]}
+    assert arms["all"]["median"] == pytest.approx(70, rel=0.05)
+    assert arms["all-minus slow"]["median"] == pytest.approx(100, rel=0.05)
+    assert "ready in" in p.stderr, p.stderr                         # the node's session lines, relayed
+    left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert "bisect-lab-" not in left

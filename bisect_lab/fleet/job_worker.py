@@ -83,19 +83,40 @@ class SlurmJobWorker:
         return []      # the jobs of an earlier run are reattached (first trial), not killed
 
     def run(self, spec: TrialSpec, campaign: str, index: int) -> TrialOutcome:
+        return self._send(spec, campaign, index, None, time.time())
+
+    def run_session(self, spec: TrialSpec, campaign: str, name: str, readings: int):
+        """One whole serving session in the job (server launched on the node, its readings, its
+        stop): ``(records, rows)`` as :class:`~bisect_lab.serving.RecordingStore` keeps them, for
+        the driver to store. A job lost mid-session gives one host-error row."""
+        from ..store_sessions import SessionRecord
         started = time.time()
+        got = self._send(spec, campaign, int(name.lstrip("s") or 0), (name, readings), started)
+        if isinstance(got, TrialOutcome):           # lost with its job
+            r = got.result
+            rec = SessionRecord(campaign=campaign, session=name, arm=spec.arm.spec, host=r.host, commit=spec.commit,
+                                tag=spec.tag, status=r.status.value, port=None, started=started, ready_s=None,
+                                readings=0, finished=time.time(), stop={}, log_path=None, log_tail=r.error)
+            return [rec], [replace(got, result=replace(r, trial=0, session=name))]
+        records, rows, lines = T.decode_session(got)
+        for line in lines:
+            self.log(f"{self.host.name}: {line}")
+        return records, rows
+
+    def _send(self, spec: TrialSpec, campaign: str, index: int, session, started: float):
         self._busy = True
         try:
             for _ in range(MAX_UNSTARTED_RESUBMITS + 1):
                 self._ensure_job(campaign)
                 task = self._dir / T.INBOX / T.task_name(index, self._token)
-                T.write_json(task, T.encode_task(spec, campaign, index))
+                T.write_json(task, T.encode_task(spec, campaign, index, session))
                 out = self._wait(task, started)
                 if out is not None:
                     self._busy = False
                     return out
                 # The job ended without taking the task (its time limit was near): a new job.
-            why = f"{MAX_UNSTARTED_RESUBMITS + 1} jobs in a row ended before starting the trial"
+            what = "the session" if session else "the trial"
+            why = f"{MAX_UNSTARTED_RESUBMITS + 1} jobs in a row ended before starting {what}"
             return self._lost(spec, campaign, index, started, why)
         except KeyboardInterrupt:
             if self._job is not None:
@@ -155,8 +176,9 @@ class SlurmJobWorker:
         T.write_json(slot_file, {"job_id": str(self._job.job_id), "dir": str(self._dir),
                                  "generation": self._generation, "submitted": self._submitted})
 
-    def _wait(self, task: Path, started: float) -> TrialOutcome | None:
-        """The trial's outcome, or None when the job ended before taking the task."""
+    def _wait(self, task: Path, started: float):
+        """The trial's outcome (a session's records as sent), or None when the job ended before
+        taking the task."""
         d, job = self._dir, self._job
         job_id = str(job.job_id)
         name = task.name
@@ -172,6 +194,8 @@ class SlurmJobWorker:
                 data = T.read_json(result)
                 if data is not None:
                     result.unlink(missing_ok=True)
+                    if "session" in data:       # a whole session's records: run_session decodes them
+                        return data
                     return self._outcome(T.decode_outcome(data), job_id, name)
             if taken_at is None and running.exists():
                 taken_at = time.monotonic()

@@ -94,9 +94,16 @@ def serve(job_dir: str, experiment, *, cache_dir: str | None, python_exe: str | 
             if data is None:
                 continue
             spec, campaign, index = T.decode_task(data)
-            log(f"trial {index}: {spec.arm.spec!r}")
-            out = worker.run(spec, campaign, index)
-            T.write_json(d / T.OUTBOX / taken.name, T.encode_outcome(out))
+            session = T.session_of(data)
+            if session is None:
+                log(f"trial {index}: {spec.arm.spec!r}")
+                out = worker.run(spec, campaign, index)
+                T.write_json(d / T.OUTBOX / taken.name, T.encode_outcome(out))
+            else:
+                from ..serving import measure_session_here
+                log(f"session {session[0]}: {spec.arm.spec!r}, {session[1]} reading(s)")
+                records, rows, lines = measure_session_here(worker, spec, campaign, *session, log)
+                T.write_json(d / T.OUTBOX / taken.name, T.encode_session(records, rows, lines))
             taken.unlink(missing_ok=True)
             done += 1
             idle_since = time.monotonic()

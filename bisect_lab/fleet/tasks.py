@@ -3,9 +3,11 @@
 A job folder (one per submitted job, on a filesystem the nodes share) holds::
 
     inbox/NNNNNN-D.json   a trial task the driver D wrote: campaign, trial index, arm, commit, tag
+                          (with ``[server]``: a whole serving session, its name and readings)
     running/NNNNNN-D.json the same task once the job took it (so a job that dies mid-trial is told
                           from one that never started it)
     outbox/NNNNNN-D.json  the trial's result: TrialResult, extra and fingerprint, as the store keeps them
+                          (a session's: its record and every reading, numbered from 0 on the node)
     node.json             written by the job when it starts: node name, job id, pid
     heartbeat             touched by the job every few seconds while it lives
     stop                  written by the driver: the job ends after its current trial
@@ -61,10 +63,20 @@ def index_of(name: str) -> int:
     return int(name.split("-")[0].split(".")[0])
 
 
-def encode_task(spec: TrialSpec, campaign: str, index: int) -> dict:
+def encode_task(spec: TrialSpec, campaign: str, index: int, session: tuple[str, int] | None = None) -> dict:
+    """A task: one trial, or with ``session = (name, readings)`` one serving session of the arm."""
     arm = spec.arm
-    return {"campaign": campaign, "index": index, "commit": spec.commit, "tag": spec.tag,
+    data = {"campaign": campaign, "index": index, "commit": spec.commit, "tag": spec.tag,
             "arm": {"spec": arm.spec, "patches": sorted(arm.patches), "env": [list(kv) for kv in arm.env]}}
+    if session is not None:
+        data["session"] = {"name": session[0], "readings": int(session[1])}
+    return data
+
+
+def session_of(data: dict) -> tuple[str, int] | None:
+    """``(name, readings)`` of a session task; None for a trial task."""
+    s = data.get("session")
+    return (s["name"], int(s["readings"])) if s else None
 
 
 def decode_task(data: dict) -> tuple[TrialSpec, str, int]:
@@ -84,3 +96,17 @@ def decode_outcome(data: dict) -> TrialOutcome:
     result, extra, fp = _trial_from_json(json.dumps(data))
     return TrialOutcome(result, extra or {}, fp)
 
+
+
+def encode_session(records: list, rows: list[TrialOutcome], log: list[str]) -> dict:
+    """What a session left on the node: its records as the store was told them (start, end), every
+    reading (numbered from 0 on the node; the driver numbers them in its campaign) and its log lines."""
+    from dataclasses import asdict
+    return {"session": [asdict(r) for r in records], "rows": [encode_outcome(o) for o in rows], "log": log}
+
+
+def decode_session(data: dict):
+    """``(records, rows, log)`` of :func:`encode_session`."""
+    from ..store_sessions import SessionRecord
+    return ([SessionRecord(**r) for r in data["session"]], [decode_outcome(o) for o in data["rows"]],
+            list(data.get("log", [])))
