@@ -37,11 +37,8 @@ RESIDUAL_LOOKS = 4        # the residual is shown at alpha / this (it is looked 
 # checks them). A hard 60% cut made a lone 2% culprit run out of budget in 15% of runs.
 STAGE_SHARE = 0.85
 STAGE_SOFT_SHARE = 0.6
-# ... and at most this many trials: a first stage that is sure of a factor but cannot settle (the
-# story: a 25% culprit beside an AND pair, outside one stage's hypotheses) otherwise wandered among
-# "culprit plus some partner" until 60% of the budget (240 of 400 trials) before handing over.
-# Two-factor patterns that do settle in one stage take up to about 100 (OR pair p95 107; at 80,
-# 15% of OR pairs were named as one member).
+# ... and at most this many trials (earlier still when its readings fit none of its hypotheses:
+# attribution_fit.py); two-factor patterns that settle in one stage take up to about 100.
 STAGE_SOFT_TRIALS = 100
 # The residual check after a stage (see _after_stage):
 # - one confirmed culprit is checked further only when both confirmation directions together
@@ -57,10 +54,8 @@ RESIDUAL_MAX = 12
 RESIDUAL_Z = 1.64
 DECOMPOSE_REPEATS = 2     # "good plus one culprit" measurements that let the joint re-fit tell pairs apart
 DECOMPOSE_MAX = 4         # ... for at most this many culprits (2 x 4 trials)
-# A residual stage whose own good-vs-bad gate is still undecided after this many trials of its own
-# ends: the residual is then reported as unattributed. Heavy-tailed noise (the H200's 14% CV) can
-# make "good plus C" look better than "bad" by chance; the stage that follows is an A/A comparison
-# that would need hundreds of trials to say "no regression", and ran to the budget.
+# A residual stage whose own gate is still undecided after this many trials of its own ends (the
+# residual reported as unattributed): heavy tails had made an A/A residual stage run to the budget.
 RESIDUAL_PATIENCE = 40
 SURE = 0.99               # posterior probability of involvement that an unsettled stage may name
 _BUDGET_WARNINGS = ("budget ran out before one explanation was clear", "budget of ")
@@ -100,9 +95,7 @@ class StagedAttribution:
         # handed over unconfirmed still naming what it was sure of), kept for the benchmark's side by side
         self.robust = bool(robust)
         kw["robust"] = self.robust
-        # a first stage whose readings fit none of its hypotheses hands over at once (False: at
-        # its soft limit only, as before; kept for the benchmark's side by side)
-        self.misfit_handover = bool(misfit_handover)
+        self.misfit_handover = bool(misfit_handover)    # False: hand over at the soft limit only
         self.thorough = bool(thorough)
         if self.thorough:
             kw.setdefault("rhos", EXTENDED_RHO_GRID)
@@ -231,19 +224,17 @@ class StagedAttribution:
             post = stage.posterior
             return (self.robust and own >= STAGE_SOFT_TRIALS and post is not None
                     and float(post.factor_marginals().max()) < SURE)
-        if self._soft_limit is None or len(self.stages) != 1:
-            return False
-        if stage.trials < self._soft_limit and not (self.robust and self.misfit_handover):
+        if self._soft_limit is None or len(self.stages) != 1 or (
+                stage.trials < self._soft_limit and not (self.robust and self.misfit_handover)):
             return False
         if self.robust and not stage.regression_confirmed:
             # with no confirmed regression there is nothing to peel: handing over had named, at
             # posterior 0.99, whatever a stall or a heavy-tail draw had made look like a culprit
             return False
         post = stage.posterior
-        if post is None or float(post.factor_marginals().max()) < SURE:
-            return False
-        # before the soft limit: only when no one-stage hypothesis fits what was measured
-        return stage.trials >= self._soft_limit or stage_misfits(stage)
+        # before the soft limit only when no one-stage hypothesis fits what was measured
+        return (post is not None and float(post.factor_marginals().max()) >= SURE
+                and (stage.trials >= self._soft_limit or stage_misfits(stage)))
 
     def _named(self, v: AttributionVerdict, stage: int | None = None) -> list[str]:
         """What a stage names: its confirmed culprits; the first stage, when it ran out of budget,
