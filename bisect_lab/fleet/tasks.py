@@ -97,7 +97,6 @@ def decode_outcome(data: dict) -> TrialOutcome:
     return TrialOutcome(result, extra or {}, fp)
 
 
-
 def encode_session(records: list, rows: list[TrialOutcome], log: list[str]) -> dict:
     """What a session left on the node: its records as the store was told them (start, end), every
     reading (numbered from 0 on the node; the driver numbers them in its campaign) and its log lines."""

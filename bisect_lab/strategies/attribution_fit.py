@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from .hypotheses import level_fits
+
 # Reject the stage's model at this p (it is looked at after every reading: strict), and only
 # when the best fit misses some replicated arm by at least min_effect (a misfit smaller than
 # what the campaign resolves is not worth a stage of its own).
@@ -35,18 +37,11 @@ def lack_of_fit(space, X: np.ndarray, y_by_arm: list[np.ndarray], *, var_ratio: 
     means = np.array([v.mean() for v in y_by_arm])
     within = np.array([((v - v.mean()) ** 2).sum() for v in y_by_arm])
     pos = space.positions(X)                                   # K x H
-    w = np.exp(-pos * math.log(var_ratio)) * n[:, None]         # weight of each arm mean
-    a00 = (w * (1 - pos) ** 2).sum(0)
-    a01 = (w * (1 - pos) * pos).sum(0)
-    a11 = (w * pos ** 2).sum(0)
-    b0 = (w * (1 - pos) * means[:, None]).sum(0)
-    b1 = (w * pos * means[:, None]).sum(0)
-    det = np.maximum(a00 * a11 - a01 ** 2, 1e-300)
-    mg = (a11 * b0 - a01 * b1) / det
-    mb = (a00 * b1 - a01 * b0) / det
+    w = np.exp(-pos * math.log(var_ratio))                      # the posterior's weights
+    *_, mg, mb = level_fits(pos, w, n[:, None], np.array([v.sum() for v in y_by_arm])[:, None])
     fit = mg[None, :] + pos * (mb - mg)[None, :]
-    lof = (w * (means[:, None] - fit) ** 2).sum(0)
-    pe = (np.exp(-pos * math.log(var_ratio)) * within[:, None]).sum(0)
+    lof = (w * n[:, None] * (means[:, None] - fit) ** 2).sum(0)
+    pe = (w * within[:, None]).sum(0)
     F = (lof / (K - 2)) / np.maximum(pe / pure_df, 1e-300)
     h = int(np.argmin(F))
     from scipy import stats as st
@@ -65,13 +60,9 @@ def stage_misfit(stage) -> tuple[float, float]:
         arms.setdefault(o.active, []).append(float(v))
     if len(arms) < MISFIT_MIN_ARMS:
         return 1.0, 0.0
-    ratio = 1.0
-    if stage._heteroscedastic(arms):
-        g, b = np.asarray(arms[stage.good]), np.asarray(arms[stage.bad])
-        ratio = float(np.clip(b.var(ddof=1) / g.var(ddof=1), 1e-4, 1e4))
     keys = list(arms)
     return lack_of_fit(stage.space, stage._matrix(keys), [np.asarray(arms[a]) for a in keys],
-                       var_ratio=ratio)
+                       var_ratio=stage._var_ratio(arms))
 
 
 def stage_misfits(stage) -> bool:

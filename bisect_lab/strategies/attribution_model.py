@@ -151,11 +151,7 @@ class AttributionModel:
         ys = [np.asarray(arms[a]) for a in keys]
         # noise scale: pooled within-arm variance of the replicated arms, expressed at the good
         # level; the bad/good variance ratio only when the references differ significantly
-        g = np.asarray(arms.get(self.good, []))
-        b = np.asarray(arms.get(self.bad, []))
-        ratio = 1.0
-        if self._heteroscedastic(arms):
-            ratio = float(np.clip(b.var(ddof=1) / g.var(ddof=1), 1e-4, 1e4))
+        ratio = self._var_ratio(arms)
         ss, df = 0.0, 0
         pos_ref = {self.good: 0.0, self.bad: 1.0}
         for a, vals in arms.items():
@@ -176,6 +172,13 @@ class AttributionModel:
         allowed = self.space.allowed(delta, me)
         return posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=float(min(df, 4) or 1),
                          allowed=allowed, positions=pos)
+
+    def _var_ratio(self, arms: dict) -> float:
+        """The bad/good variance ratio of the references, 1 unless they differ significantly."""
+        if not self._heteroscedastic(arms):
+            return 1.0
+        g, b = np.asarray(arms[self.good]), np.asarray(arms[self.bad])
+        return float(np.clip(b.var(ddof=1) / g.var(ddof=1), 1e-4, 1e4))
 
     def _heteroscedastic(self, arms: dict) -> bool:
         """Do the good and bad references have significantly different noise (F test)?"""

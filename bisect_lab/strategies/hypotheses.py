@@ -200,6 +200,19 @@ class Posterior:
         return np.maximum(np.where(W > 0, W * kl, 0.0).sum(1), 0.0)
 
 
+def level_fits(pos: np.ndarray, w: np.ndarray, n: np.ndarray, s: np.ndarray):
+    """Each hypothesis's good and bad levels by weighted least squares: arms' positions ``pos``
+    (K x H), weights ``w`` (K x H), reading counts ``n`` and sums ``s`` (K x 1). Returns the
+    normal equations ``a00, a01, a11, b0, b1``, their determinant and the levels ``mg, mb`` (H)."""
+    a00 = (w * n * (1 - pos) ** 2).sum(0)
+    a01 = (w * n * (1 - pos) * pos).sum(0)
+    a11 = (w * n * pos ** 2).sum(0)
+    b0 = (w * (1 - pos) * s).sum(0)
+    b1 = (w * pos * s).sum(0)
+    det = np.maximum(a00 * a11 - a01 ** 2, 1e-300)
+    return a00, a01, a11, b0, b1, det, (a11 * b0 - a01 * b1) / det, (a00 * b1 - a01 * b0) / det
+
+
 def posterior(space: HypothesisSpace, X: np.ndarray, y_by_arm: list[np.ndarray], *,
               var_ratio: float = 1.0, s0: float, nu0: float = 2.0,
               allowed: np.ndarray | None = None, positions: np.ndarray | None = None,
@@ -220,15 +233,8 @@ def posterior(space: HypothesisSpace, X: np.ndarray, y_by_arm: list[np.ndarray],
     q = np.array([(v * v).sum() for v in y_by_arm])[:, None]
     lw = -pos * math.log(var_ratio)                                             # log weight
     w = np.exp(lw)
-    a00 = (w * n * (1 - pos) ** 2).sum(0)
-    a01 = (w * n * (1 - pos) * pos).sum(0)
-    a11 = (w * n * pos ** 2).sum(0)
-    b0 = (w * (1 - pos) * s).sum(0)
-    b1 = (w * pos * s).sum(0)
+    a00, a01, a11, b0, b1, det, mg, mb = level_fits(pos, w, n, s)
     yy = (w * q).sum(0)
-    det = np.maximum(a00 * a11 - a01 ** 2, 1e-300)
-    mg = (a11 * b0 - a01 * b1) / det
-    mb = (a00 * b1 - a01 * b0) / det
     rss = np.maximum(yy - mg * b0 - mb * b1, 0.0)
     ntot = float(n.sum())
     sig2 = (nu0 * s0 ** 2 + rss) / (nu0 + ntot - 2)
