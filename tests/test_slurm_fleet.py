@@ -4,6 +4,7 @@ logical nodes, so that two jobs report two node names)."""
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -239,3 +240,27 @@ def test_serving_sessions_run_inside_the_slurm_jobs(tmp_path, slurm):
     assert "ready in" in p.stderr, p.stderr                         # the node's session lines, relayed
     left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "bisect-lab-" not in left
+
+
+@pytest.mark.slurm
+def test_ctrl_c_cancels_the_jobs_and_leaves_a_resumable_campaign(tmp_path, slurm):
+    """Ctrl-C of the driver while its job measures: the job is cancelled (none of the campaign's
+    jobs is left in the queue), the exit is 130 with the resume hint, and `--resume` finishes the
+    campaign on a new job with every trial stored once."""
+    proc, job = run_until_a_trial_runs(tmp_path, repeat=3, bench="sleep 2; python3 bench.py")
+    assert job, "no trial started"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    cid = only_campaign(tmp_path)
+    assert f"continue with --resume {cid}" in err, err
+    assert f"slurm: cancelled job {job}" in err, err
+    deadline = time.monotonic() + 20          # scancel is asynchronous: the job leaves within seconds
+    while f"bisect-lab-{cid}" in subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True,
+                                                text=True).stdout:
+        assert time.monotonic() < deadline, "the interrupted campaign's job is still in the queue"
+        time.sleep(0.5)
+    p = cli(tmp_path, "run", "--resume", cid, timeout=180)
+    assert p.returncode == 0, p.stderr
+    rows = campaign_rows(tmp_path, cid, "trial, status")
+    assert [r[1] for r in rows].count("ok") == 3 and len({r[0] for r in rows}) == len(rows), rows
