@@ -282,6 +282,12 @@ class HostWorker:
 
 
 # --------------------------------------------------------------------------- executor
+# Tries one trial may lose with its node (each next try on a new job) beyond ``[design] retries``:
+# enough for a failing node to be dropped (two failed jobs) and the trial measured elsewhere, few
+# enough that a cluster whose every node fails still ends.
+MAX_NODE_LOSSES = 4
+
+
 class Executor:
     """Runs batches of trial specs on a pool of hosts (one trial at a time per host).
 
@@ -335,12 +341,22 @@ class Executor:
 
     def _attempt(self, worker: HostWorker, spec: TrialSpec) -> TrialResult:
         retries = max(0, self.exp.design.retries)
-        for attempt in range(retries + 1):
+        failed = node_losses = 0
+        while True:
             result = self._sessions.once(worker, spec) if self._sessions else self._once(worker, spec)
             if not result.status.is_infrastructure:
                 break
+            # A try lost with its node (a Slurm job that died) says nothing about the trial: the
+            # next try runs on a new job, so it does not spend the trial's own retries.
+            if getattr(worker, "lost_to_node", False) and node_losses < MAX_NODE_LOSSES:
+                node_losses += 1
+                self.log(f"{result.host}: {result.status.value} ({result.error}); retrying on a new job")
+                continue
+            failed += 1
             self.log(f"{result.host}: {result.status.value} ({result.error}); "
-                     f"{'retrying' if attempt < retries else 'giving up'}")
+                     f"{'retrying' if failed <= retries else 'giving up'}")
+            if failed > retries:
+                break
         self._check_fail_fast(result)
         return result
 

@@ -264,3 +264,26 @@ def test_ctrl_c_cancels_the_jobs_and_leaves_a_resumable_campaign(tmp_path, slurm
     assert p.returncode == 0, p.stderr
     rows = campaign_rows(tmp_path, cid, "trial, status")
     assert [r[1] for r in rows].count("ok") == 3 and len({r[0] for r in rows}) == len(rows), rows
+
+
+@pytest.mark.slurm
+def test_a_node_that_keeps_failing_is_dropped_and_its_trials_measured_elsewhere(tmp_path, slurm):
+    """Every job on the first node is ended by Slurm mid-trial (the benchmark scancels its own job
+    there): each lost trial is retried on a new job, the node is named in a warning and, after
+    two failed jobs, dropped: the job that follows excludes it and measures everything."""
+    if len(slurm) < 2:
+        pytest.skip("needs two Slurm nodes")
+    bad, good = slurm[0], slurm[1]
+    bench = (f"if [ $SLURMD_NODENAME = {bad} ]; then scancel $SLURM_JOB_ID; sleep 30; fi; "
+             "python3 bench.py")
+    # Pinned to the bad node, so the first two jobs surely land there; once it is dropped the
+    # pin is lifted for it (a dropped node is excluded, whatever the pin says).
+    exp = slurm_toy(tmp_path, max_jobs=1, bench_command=bench, more=f'nodelist = ["{bad}"]')
+    p = cli(tmp_path, "run", exp, "--patches", "all", "--repeat", "1", timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert f"warning: slurm node {bad}:" in p.stderr and "retried on another job" in p.stderr, p.stderr
+    assert f"warning: slurm node {bad} dropped after 2 failed jobs" in p.stderr, p.stderr
+    rows = campaign_rows(tmp_path, only_campaign(tmp_path), "status, host")
+    ok_hosts = {h for s, h in rows if s == "ok"}
+    assert ok_hosts == {good}, rows
+    assert sum(1 for s, h in rows if s != "ok" and h == bad) == 2, rows

@@ -65,6 +65,9 @@ class SlurmJobWorker:
         self._generation = 0
         self._token = uuid.uuid4().hex[:8]
         self._closed = False
+        # The last try was lost with its job's node (named in a warning): the executor's next try
+        # goes to a new job without spending the trial's retries.
+        self.lost_to_node = False
 
     # -- the worker interface
     @property
@@ -105,6 +108,7 @@ class SlurmJobWorker:
 
     def _send(self, spec: TrialSpec, campaign: str, index: int, session, started: float):
         self._busy = True
+        self.lost_to_node = False
         try:
             for _ in range(MAX_UNSTARTED_RESUBMITS + 1):
                 self._ensure_job(campaign)
@@ -236,6 +240,7 @@ class SlurmJobWorker:
                     if task.exists() and not running.exists():
                         task.unlink(missing_ok=True)
                         return None                 # never taken: the task goes to a new job
+                    self.lost_to_node = True
                     self.pool.node_failed(node, f"{dead} before writing the result of trial "
                                                 f"{T.index_of(name)}")
                     spec, campaign, index = T.decode_task(T.read_json(running) or T.read_json(task))
@@ -255,6 +260,7 @@ class SlurmJobWorker:
         self._job = None
         self.host.node = None
         self.pool.job_is(job_id, "done", f"on {node} ended by Slurm ({ending.get('signal')})")
+        self.lost_to_node = True
         self.pool.node_failed(node, f"job {job_id} was ended by Slurm ({ending.get('signal')}) during trial "
                                     f"{T.index_of(name)}")
         r = out.result
