@@ -25,7 +25,7 @@ from .hosts.base import CAMPAIGN_VAR, Process
 from .model import Experiment, TrialResult, TrialStatus
 from .placeholders import shell_substitute, substitute
 from .trial import Attempt, TrialFailed, TrialSpec, _killed, _one_line, _tail
-from .store import SESSION_RUNNING, SessionRecord
+from .store import SessionRecord
 
 # HostWorker and Executor (bisect_lab.runner) are named in annotations only: runner imports this module.
 
@@ -165,9 +165,7 @@ class ServerSession:
         w, spec = self.worker, self.spec
         host = w.host
         att = Attempt(w, spec, self.campaign, -1, session=self.name)
-        rec = SessionRecord(campaign=self.campaign, session=self.name, arm=spec.arm.spec, host=host.name,
-                            commit=spec.commit, tag=spec.tag, status=SESSION_RUNNING, port=None, started=att.started,
-                            ready_s=None, readings=0, finished=None, stop={}, log_path=None, log_tail="")
+        rec = SessionRecord.before_launch(self.campaign, self.name, spec, host.name, att.started)
         stored: list[TrialResult] = []
         launch: _Launch | None = None
         log_path = None

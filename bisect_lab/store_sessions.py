@@ -60,6 +60,16 @@ class SessionRecord:
     def ended(self) -> bool:
         return self.status not in (SESSION_RUNNING, SESSION_INTERRUPTED)
 
+    @classmethod
+    def before_launch(cls, campaign: str, session: str, spec, host: str, started: float, *,
+                      status: str = SESSION_RUNNING, finished: float | None = None,
+                      log_tail: str = "") -> "SessionRecord":
+        """The record of a session of ``spec`` (a trial spec: arm, commit, tag) whose server has not
+        been launched yet, or never was (a job lost before it could): no port, no readings."""
+        return cls(campaign=campaign, session=session, arm=spec.arm.spec, host=host, commit=spec.commit,
+                   tag=spec.tag, status=status, port=None, started=started, ready_s=None, readings=0,
+                   finished=finished, stop={}, log_path=None, log_tail=log_tail)
+
 def _stored(obj) -> str:
     return json.dumps(redact_tree(jsonable(obj)), sort_keys=True)
 

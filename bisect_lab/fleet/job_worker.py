@@ -97,9 +97,8 @@ class SlurmJobWorker:
         got = self._send(spec, campaign, int(name.lstrip("s") or 0), (name, readings), started)
         if isinstance(got, TrialOutcome):           # lost with its job
             r = got.result
-            rec = SessionRecord(campaign=campaign, session=name, arm=spec.arm.spec, host=r.host, commit=spec.commit,
-                                tag=spec.tag, status=r.status.value, port=None, started=started, ready_s=None,
-                                readings=0, finished=time.time(), stop={}, log_path=None, log_tail=r.error)
+            rec = SessionRecord.before_launch(campaign, name, spec, r.host, started, status=r.status.value,
+                                              finished=time.time(), log_tail=r.error)
             return [rec], [replace(got, result=replace(r, trial=0, session=name))]
         records, rows, lines = T.decode_session(got)
         for line in lines:
