@@ -9,7 +9,9 @@ side by side in the same run, by:
   launch   one launch per reading (today): the strategy is told each reading
   fixed5   5 readings per launch: the strategy is told each session's geometric mean
   auto     readings per launch from stats.sessions.choose_readings on the campaign's own running
-           variance components (a prior until both levels are measured)
+           variance components (a prior until both levels are measured), with the search's floor
+           (search_floor_var: past a precision of a launch's mean more readings buy no fewer launches)
+  auto-nofloor  the same without the floor (the plain two-stage optimum, as auto was before), on auto's seeds
   naive    one launch per arm kept alive, its readings told as if independent (the loop a user
            writes to save launches)
 
@@ -40,7 +42,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bisect_lab import attribute_factors  # noqa: E402
-from bisect_lab.stats.sessions import choose_readings, components  # noqa: E402
+from bisect_lab.stats.sessions import choose_readings, components, search_floor_var  # noqa: E402
 
 FACTORS = ["mla-gather-cast", "oea-topk", "eagle3-draft", "fp8-kv-cache", "radix-evict",
            "env:OEA_ENABLE", "env:NCCL_ALGO", "env:NCCL_PROTO", "env:NCCL_P2P_LEVEL"]
@@ -51,7 +53,9 @@ TOTAL_CV = 0.04
 CV = [TOTAL_CV]                       # --total-cv changes it (to see how the strategy's trials scale with noise)
 LAUNCH_COSTS = (2, 8)
 SD_RATIOS = (0.25, 1.0, 4.0)          # launch-to-launch sd / within-launch sd
-METHODS = ("launch", "fixed5", "auto", "naive")
+METHODS = ("launch", "fixed5", "auto", "naive", "auto-nofloor")
+# the attribution's min_effect (attribute_factors' default): where the search's floor sits
+MIN_EFFECT = 0.02
 FIXED_M = 5
 MAX_SESSIONS = 400
 
@@ -102,11 +106,13 @@ def make_measure(method: str, m: Machine):
             return session(active, 1)
         if method == "fixed5":
             return session(active, FIXED_M)
-        if method == "auto":
+        if method in ("auto", "auto-nofloor"):
             vc = components(list(sessions.values())) if sessions else None
-            known = vc is not None and vc.df_between >= 3 and vc.df_within >= 3
-            k = choose_readings(m.launch, 1.0, vc.within_var if known else None,
-                                vc.between_var if known else None).readings
+            known_w = vc is not None and vc.df_within >= 3
+            known = known_w and vc.df_between >= 3
+            k = choose_readings(m.launch, 1.0, vc.within_var if known_w else None,
+                                vc.between_var if known else None,
+                                floor_var=search_floor_var(MIN_EFFECT) if method == "auto" else 0.0).readings
             return session(active, k)
         if active not in alive:                 # naive: one launch per arm, kept alive
             alive[active] = m.start()
@@ -126,7 +132,9 @@ def truth_of(e) -> float | None:
 def run_one(task):
     launch, rho, method, rep, cv = task
     CV[0] = cv
-    rng = np.random.default_rng([launch, int(rho * 100), METHODS.index(method), rep])
+    # auto-nofloor (the plain two-stage optimum, what auto was before its floor) on auto's seeds
+    seed_of = "auto" if method == "auto-nofloor" else method
+    rng = np.random.default_rng([launch, int(rho * 100), METHODS.index(seed_of), rep])
     m = Machine(rng, launch, rho)
     measure, chosen = make_measure(method, m)
     v = attribute_factors(FACTORS, measure, higher_is_better=True, seed=rep, max_trials=MAX_SESSIONS)
@@ -186,6 +194,7 @@ def one_comparison(rng, L: int, rho: float, method: str):
 
 
 def comparison_table(cells, methods, reps: int) -> list[str]:
+    methods = [m for m in methods if m != "auto-nofloor"]     # one comparison has no search floor
     lines = [f"one comparison, good vs bad 5% slower, {BUDGET} reading units per arm, {reps} repetitions: "
              "coverage of the 95% interval, its width, and the node-hours today's way needs for the same width",
              f"{'L':>2} {'rho':>5} | {'method':<7} {'coverage':>9} {'width':>7} {'node-h to same precision':>25}",
@@ -237,7 +246,7 @@ def main(argv=None) -> int:
         res = [run_one(t) for t in tasks]
     print(f"# sessions simulation: the story's 9 factors, reading CV {a.total_cv:.1%} in all, {reps} repetitions "
           f"per cell and method, {a.jobs} job(s), {time.time() - t0:.0f} s")
-    hdr = (f"{'L':>2} {'rho':>5} | {'method':<7} {'right':>6} {'node-h':>8} {'vs today':>8} {'launches':>8} "
+    hdr = (f"{'L':>2} {'rho':>5} | {'method':<12} {'right':>6} {'node-h':>8} {'vs today':>8} {'launches':>8} "
            f"{'per launch':>10} {'coverage':>9} {'(n)':>6} | targets")
     print(hdr)
     print("-" * len(hdr))
@@ -255,12 +264,12 @@ def main(argv=None) -> int:
             notes = []
             if meth != "naive":
                 notes.append("coverage " + ("MET" if 0.935 <= cov <= 0.965 else "MISSED"))
-            if meth == "auto":
+            if meth in ("auto", "auto-nofloor"):
                 notes.append("<= 1.1x today " + ("MET" if cost <= 1.1 * base else "MISSED"))
                 if L == 8 and r < 1:
                     notes.append("<= 1/3 today " + ("MET" if cost <= base / 3 else "MISSED"))
             verdicts += notes
-            print(f"{L:>2} {r:>5g} | {meth:<7} {right:>6.1%} {cost:>8.1f} {cost / base:>8.2f} {launches:>8.1f} "
+            print(f"{L:>2} {r:>5g} | {meth:<12} {right:>6.1%} {cost:>8.1f} {cost / base:>8.2f} {launches:>8.1f} "
                   f"{per:>10.2f} {cov:>9.1%} {cov_n:>6} | {', '.join(notes)}")
     met = sum(v.endswith("MET") for v in verdicts)
     print(f"\ntargets met: {met} of {len(verdicts)}")

@@ -213,3 +213,21 @@ def test_a_stored_night_reads_back_with_a_typed_summary():
     assert isinstance(back.summary, RunResult) and back.summary.arm("all") == {"arm": "all", "n": 3}
     assert isinstance(result_from_dict("bisect", {"status": "culprit"}), BisectResult)
     assert result_from_dict("run", None) is None
+
+
+def test_auto_readings_of_a_search_carry_its_floor_and_a_run_none(tmp_path):
+    """`readings = "auto"`: an attribute or bisect campaign chooses readings per launch with the
+    search's floor at its min_effect, a `run` with the plain two-stage optimum."""
+    from dataclasses import replace
+
+    from bisect_lab.model import ServerConfig
+    from bisect_lab.stats.sessions import search_floor_var
+    store = Store(tmp_path / "results")
+    exp = replace(_experiment(tmp_path, min_effect=0.05), server=ServerConfig(command="serve {port}", ready_log="up"))
+    floors = {}
+    for kind in ("run", "attribute", "bisect"):
+        s = Session(exp, store, hosts=[])
+        s.open(kind, {"arms": ["all"], "kind": kind}, None)
+        floors[kind] = s.executor(workers=[])._sessions.readings_for.floor_var
+    store.close()
+    assert floors == {"run": 0.0, "attribute": search_floor_var(0.05), "bisect": search_floor_var(0.05)}

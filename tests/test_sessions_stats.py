@@ -223,3 +223,22 @@ def test_report_says_the_components_in_one_sentence():
     _noise(plain, None, [TrialResult(**{k: getattr(t, k) for k in TrialResult.__dataclass_fields__
                                         if k != "session"}) for t in trials], "tok_s", ["good", "bad"])
     assert not [b for b in plain.blocks if isinstance(b, str)]       # no sessions: no sentence
+
+
+def test_a_search_floor_takes_fewer_readings_once_launches_stop_falling():
+    """Within-launch noise dominating (rho 0.25, total CV 4%) and a launch costing 8 readings: one
+    comparison takes about 11 readings per launch; a search whose launches stop falling below the
+    floor takes the m minimising (L + m) x (between + floor + within / m), 2 here, and says why."""
+    from bisect_lab.stats.sessions import search_floor_var
+    w, b = 0.04 ** 2 * 16 / 17, 0.04 ** 2 / 17
+    plain = choose_readings(8.0, 1.0, w, b)
+    floor = search_floor_var(0.02)
+    assert math.isclose(math.sqrt(floor), 2.5 * math.log1p(0.02))
+    searched = choose_readings(8.0, 1.0, w, b, floor_var=floor)
+    best = min(range(1, 21), key=lambda k: (8 + k) * (b + floor + w / k))
+    assert plain.readings >= 10 and searched.readings == best == 2, (plain, searched)
+    assert "stop falling" in searched.why and "stop falling" not in plain.why
+    # no floor is the plain optimum, whatever the noise; launch-to-launch noise dominating: 1 reading
+    for ww, bb in ((1e-4, 1e-4), (1e-3, 1e-5), (1e-5, 1e-3)):
+        assert choose_readings(8.0, 1.0, ww, bb, floor_var=0.0) == choose_readings(8.0, 1.0, ww, bb)
+    assert choose_readings(2.0, 1.0, w, b, floor_var=floor).readings == 1

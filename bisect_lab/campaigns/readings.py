@@ -21,6 +21,9 @@ FIRST_READINGS = 3
 # Launch-to-launch variance is trusted from this many degrees of freedom between sessions (pooled
 # over arms) on; before that the prior stands in (a variance from 2-3 launches is mostly noise).
 TRUST_DF_BETWEEN = 4
+# Within-launch variance is trusted from this many degrees of freedom on (until then at least two
+# readings per launch, so that it gets measured).
+TRUST_DF_WITHIN = 3
 # A launch-to-launch variance estimated as zero from a handful of launches is not zero: it is
 # floored at this share of the within-launch variance (at most sqrt(cost / 0.05) readings).
 BETWEEN_FLOOR = 0.05
@@ -30,8 +33,12 @@ class AutoReadings:
     """``readings_for(spec) -> int`` for the executor: the cost-aware choice, re-made before each
     launch from what the campaign has stored so far."""
 
-    def __init__(self, store, campaign: str, metric: str, log: Callable[[str], None], *, hi: int = 20):
+    def __init__(self, store, campaign: str, metric: str, log: Callable[[str], None], *, hi: int = 20,
+                 floor_var: float = 0.0):
         self.store, self.campaign, self.metric, self.log, self.hi = store, campaign, metric, log, hi
+        # A search (attribute, bisect) has a floor of launches whatever their precision: past it
+        # more readings per launch buy nothing (stats.sessions.search_floor_var); `run` has none.
+        self.floor_var = floor_var
         self._last: int | None = None
         self._lock = threading.Lock()
         self.why = ""
@@ -63,11 +70,11 @@ class AutoReadings:
                                       "have been measured (readings = \"auto\")")
         else:
             comp = components(self.groups())
-            within = comp.within_var if comp.df_within else None
+            within = comp.within_var if comp.df_within >= TRUST_DF_WITHIN else None
             between = None
             if within is not None and comp.df_between >= TRUST_DF_BETWEEN:
                 between = max(comp.between_var, BETWEEN_FLOOR * within)
-            choice = choose_readings(launch_s, reading_s, within, between, hi=self.hi)
+            choice = choose_readings(launch_s, reading_s, within, between, hi=self.hi, floor_var=self.floor_var)
             m, why = choice.readings, (f"{choice.why} (launch {launch_s:.1f} s until ready and stopped, "
                                        f"reading {reading_s:.1f} s)")
         with self._lock:

@@ -135,8 +135,13 @@ class Session:
             readings_for = lambda spec: self.fixed_readings      # noqa: E731  (recheck: as many as then)
         elif srv is not None and srv.readings == "auto":
             # the cost-aware choice, re-made before each launch from this campaign's own costs and noise
+            from ..stats.sessions import search_floor_var
             from .readings import AutoReadings
-            readings_for = AutoReadings(self.store, self._cid(), self.metric, self.log)
+            c = self.store.campaign(self._cid())
+            floor = 0.0
+            if c.kind in ("attribute", "bisect"):
+                floor = search_floor_var(c.params.get("min_effect", self.experiment.design.min_effect))
+            readings_for = AutoReadings(self.store, self._cid(), self.metric, self.log, floor_var=floor)
         return Executor(self.experiment, self.store, self._cid(), self.workers if workers is None else workers,
                         on_trial=self.on_trial, on_replay=self.on_replay, log=self.log, readings_for=readings_for)
 

@@ -27,7 +27,8 @@ from ._util import as_positive_array
 from .compare import Comparison, compare, from_log
 
 __all__ = ["VarianceComponents", "components", "compare_sessions", "session_means", "choose_readings", "combine_blocks",
-           "ReadingsChoice", "information_per_second", "PRIOR_WITHIN_TO_BETWEEN"]
+           "ReadingsChoice", "information_per_second", "PRIOR_WITHIN_TO_BETWEEN",
+           "search_floor_var", "SEARCH_FLOOR_SD_PER_MIN_EFFECT"]
 
 # Before a campaign has measured both levels: assume a reading inside a launch is as noisy as the
 # launch-to-launch variation (variance ratio 1). Neither level dominates a priori; the choice moves
@@ -204,16 +205,24 @@ class ReadingsChoice:
 
 
 def choose_readings(launch_s: float, reading_s: float, within_var: float | None, between_var: float | None,
-                    *, lo: int = 1, hi: int = 20) -> ReadingsChoice:
+                    *, lo: int = 1, hi: int = 20, floor_var: float = 0.0) -> ReadingsChoice:
     """Readings per launch that minimise the variance of an arm's mean per unit of cost.
 
     The classic two-stage optimum: with a launch costing ``launch_s`` and a reading ``reading_s``,
     ``m* = sqrt(launch_s / reading_s * within_var / between_var)``, rounded and clamped to
     ``[lo, hi]``. A variance not measured yet (``None`` / NaN) is replaced by the prior (within
-    equal to between, :data:`PRIOR_WITHIN_TO_BETWEEN`; at least 2 readings, so that the within-launch
-    noise gets measured), and the sentence says so. A between-launch
+    equal to between, :data:`PRIOR_WITHIN_TO_BETWEEN`; at least 2 readings while the within-launch
+    noise is not measured, so that it gets measured), and the sentence says so. A between-launch
     variance of 0 (launches indistinguishable) gives ``hi``: then every reading is as good as a
     launch and readings are the cheap ones.
+
+    ``floor_var`` is for a search (attribution, bisection) rather than one comparison: a search
+    needs a floor of launches of distinct arms whatever their precision, and the launches it needs
+    fall with the variance ``v`` of a launch's mean only above that, about as ``N0 + c v``.
+    Minimising ``(launch + m readings) x (N0 + c v)`` gives the same optimum with the launch-to-launch
+    variance raised by ``floor_var = N0 / c``, the variance of a launch's mean at which the search
+    spends as many launches on noise as on its floor (``m* = sqrt(cost x within / (between +
+    floor_var))``): more readings per launch stop paying once a launch is that precise.
     """
     if not (launch_s >= 0 and reading_s > 0):
         raise ValueError("launch_s must be >= 0 and reading_s > 0")
@@ -223,12 +232,15 @@ def choose_readings(launch_s: float, reading_s: float, within_var: float | None,
     w = float(within_var) if within_var is not None and math.isfinite(within_var) else float("nan")
     b = float(between_var) if between_var is not None and math.isfinite(between_var) else float("nan")
     prior = not (math.isfinite(w) and math.isfinite(b))
+    floor = max(0.0, float(floor_var or 0.0))
     if prior:
         ratio = PRIOR_WITHIN_TO_BETWEEN
-    elif b <= 0:
+        if floor > 0 and math.isfinite(w):
+            ratio = w / (w / PRIOR_WITHIN_TO_BETWEEN + floor)
+    elif b + floor <= 0:
         ratio = math.inf if w > 0 else PRIOR_WITHIN_TO_BETWEEN
     else:
-        ratio = w / b
+        ratio = w / (b + floor)
     cost = launch_s / reading_s
     opt = math.sqrt(cost * ratio) if math.isfinite(ratio) else math.inf
     if math.isfinite(opt):
@@ -237,22 +249,44 @@ def choose_readings(launch_s: float, reading_s: float, within_var: float | None,
         m = min((max(lo, min(hi, k)) for k in (math.floor(opt), math.ceil(opt)) if k >= 1), key=f, default=lo)
     else:
         m = hi
-    if prior and hi >= 2:
+    if prior and not math.isfinite(w) and hi >= 2:
         m = max(m, 2)          # two readings at least, or the within-launch noise is never measured
     noun = "reading" if m == 1 else "readings"
-    if prior:
+    if prior and math.isfinite(w):
+        why = (f"{m} {noun} per launch: a launch costs {cost:.3g} readings; within-launch noise measured, "
+               f"launch-to-launch variation not yet, assumed as large (prior)")
+    elif prior:
         why = (f"{m} {noun} per launch: a launch costs {cost:.3g} readings; launch-to-launch variation not "
                f"measured yet, assumed as large as within a launch (prior; at least 2 readings, so that "
                f"the within-launch noise gets measured)")
-    elif b <= 0:
+    elif b + floor <= 0:
         why = (f"{m} {noun} per launch (the most allowed): launches measured indistinguishable, "
                f"a launch costs {cost:.3g} readings")
+    elif floor > 0:
+        why = (f"{m} {noun} per launch: a launch costs {cost:.3g} readings, within-launch sd "
+               f"{math.sqrt(w / b) if b > 0 else math.inf:.2g}x launch-to-launch, and the search's "
+               f"launches stop falling once a launch's mean is within about {math.sqrt(floor):.1%}")
     else:
         why = (f"{m} {noun} per launch: a launch costs {cost:.3g} readings, within-launch sd "
                f"{math.sqrt(ratio):.2g}x launch-to-launch")
     if math.isfinite(opt) and (opt < lo - 0.5 or opt > hi + 0.5):
         why += f" (optimum {opt:.3g}, kept within {lo}..{hi})"
     return ReadingsChoice(m, why, float(opt), prior)
+
+
+# The floor of a search, as the sd of a launch's mean in units of its min_effect (the variance at
+# which the search spends as many launches on noise as on its floor; choose_readings' floor_var).
+# Measured on the story's attribution (benchmarks/simulate_sessions.py, 24 repetitions per cell):
+# launches = 34 + 1.37 v (v: a launch mean's variance in %^2) at L = 2 and 8, so N0 / c = 25 %^2 =
+# (2.5 x the 2% min_effect)^2. The multiple is assumed to carry over to other min_effects and to
+# bisection (whose floor, like attribution's, is the distinct arms its answer has to name).
+SEARCH_FLOOR_SD_PER_MIN_EFFECT = 2.5
+
+
+def search_floor_var(min_effect: float) -> float:
+    """``floor_var`` for :func:`choose_readings` in a search whose smallest effect of interest is
+    ``min_effect`` (log scale, as the variance components)."""
+    return (SEARCH_FLOOR_SD_PER_MIN_EFFECT * math.log1p(max(0.0, float(min_effect)))) ** 2
 
 
 def information_per_second(sessions: int, launch_s: float, reading_s: float, within_var: float,
