@@ -12,6 +12,8 @@ side by side in the same run, by:
            variance components (a prior until both levels are measured), with the search's floor
            (search_floor_var: past a precision of a launch's mean more readings buy no fewer launches)
   auto-nofloor  the same without the floor (the plain two-stage optimum, as auto was before), on auto's seeds
+  auto-ips  auto, with the search arms chosen by information per second of launch (strategies.arm_costs,
+           told each session's cost), on auto's seeds: it differs from auto only with --costly
   naive    one launch per arm kept alive, its readings told as if independent (the loop a user
            writes to save launches)
 
@@ -43,6 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bisect_lab import attribute_factors  # noqa: E402
 from bisect_lab.stats.sessions import choose_readings, components, search_floor_var  # noqa: E402
+from bisect_lab.strategies.arm_costs import ArmCosts  # noqa: E402
 
 FACTORS = ["mla-gather-cast", "oea-topk", "eagle3-draft", "fp8-kv-cache", "radix-evict",
            "env:OEA_ENABLE", "env:NCCL_ALGO", "env:NCCL_PROTO", "env:NCCL_P2P_LEVEL"]
@@ -53,7 +56,9 @@ TOTAL_CV = 0.04
 CV = [TOTAL_CV]                       # --total-cv changes it (to see how the strategy's trials scale with noise)
 LAUNCH_COSTS = (2, 8)
 SD_RATIOS = (0.25, 1.0, 4.0)          # launch-to-launch sd / within-launch sd
-METHODS = ("launch", "fixed5", "auto", "naive", "auto-nofloor")
+METHODS = ("launch", "fixed5", "auto", "naive", "auto-nofloor", "auto-ips")
+# --costly NAME=RATIO: launches of arms holding NAME cost RATIO x L (a draft model loaded, more graphs)
+COSTLY: dict[str, float] = {}
 # the attribution's min_effect (attribute_factors' default): where the search's floor sits
 MIN_EFFECT = 0.02
 FIXED_M = 5
@@ -76,8 +81,8 @@ class Machine:
         self.launches = 0
         self.readings = 0
 
-    def start(self) -> float:
-        self.cost += self.launch
+    def start(self, active: frozenset = frozenset()) -> float:
+        self.cost += self.launch * math.prod(r for f, r in COSTLY.items() if f in active)
         self.launches += 1
         return float(self.rng.normal(0, self.sb))
 
@@ -87,15 +92,19 @@ class Machine:
         return 1000.0 * math.exp(level(active) + offset + self.rng.normal(0, self.sw))
 
 
-def make_measure(method: str, m: Machine):
-    """measure(active) for the strategy, one told value per call, as ``method`` takes it."""
+def make_measure(method: str, m: Machine, costs=None):
+    """measure(active) for the strategy, one told value per call, as ``method`` takes it; ``costs``
+    (an ArmCosts, auto-ips) is told every session's cost."""
     sessions: dict[frozenset, list[list[float]]] = {}
     alive: dict[frozenset, float] = {}
     chosen: list[int] = []
 
     def session(active: frozenset, k: int) -> float:
-        off = m.start()
+        before = m.cost
+        off = m.start(active)
         vals = [m.read(active, off) for _ in range(k)]
+        if costs is not None:
+            costs.add(active, m.cost - before)
         sessions.setdefault(active, []).append(vals)
         chosen.append(k)
         return float(np.exp(np.mean(np.log(vals))))
@@ -106,16 +115,16 @@ def make_measure(method: str, m: Machine):
             return session(active, 1)
         if method == "fixed5":
             return session(active, FIXED_M)
-        if method in ("auto", "auto-nofloor"):
+        if method in ("auto", "auto-nofloor", "auto-ips"):
             vc = components(list(sessions.values())) if sessions else None
             known_w = vc is not None and vc.df_within >= 3
             known = known_w and vc.df_between >= 3
             k = choose_readings(m.launch, 1.0, vc.within_var if known_w else None,
                                 vc.between_var if known else None,
-                                floor_var=search_floor_var(MIN_EFFECT) if method == "auto" else 0.0).readings
+                                floor_var=0.0 if method == "auto-nofloor" else search_floor_var(MIN_EFFECT)).readings
             return session(active, k)
         if active not in alive:                 # naive: one launch per arm, kept alive
-            alive[active] = m.start()
+            alive[active] = m.start(active)
             chosen.append(0)
         return m.read(active, alive[active])
 
@@ -130,14 +139,19 @@ def truth_of(e) -> float | None:
 
 
 def run_one(task):
-    launch, rho, method, rep, cv = task
+    launch, rho, method, rep, cv, costly = task
     CV[0] = cv
-    # auto-nofloor (the plain two-stage optimum, what auto was before its floor) on auto's seeds
-    seed_of = "auto" if method == "auto-nofloor" else method
+    COSTLY.clear()
+    COSTLY.update(costly)
+    # auto-nofloor (the plain two-stage optimum, what auto was before its floor) and auto-ips
+    # (auto choosing search arms by information per second of launch) on auto's seeds
+    seed_of = "auto" if method in ("auto-nofloor", "auto-ips") else method
     rng = np.random.default_rng([launch, int(rho * 100), METHODS.index(seed_of), rep])
     m = Machine(rng, launch, rho)
-    measure, chosen = make_measure(method, m)
-    v = attribute_factors(FACTORS, measure, higher_is_better=True, seed=rep, max_trials=MAX_SESSIONS)
+    costs = ArmCosts(FACTORS) if method == "auto-ips" else None
+    measure, chosen = make_measure(method, m, costs)
+    v = attribute_factors(FACTORS, measure, higher_is_better=True, seed=rep, max_trials=MAX_SESSIONS,
+                          **({"arm_cost": costs} if costs is not None else {}))
     covered = total = 0
     for e in v.effects:
         t = truth_of(e)
@@ -194,7 +208,7 @@ def one_comparison(rng, L: int, rho: float, method: str):
 
 
 def comparison_table(cells, methods, reps: int) -> list[str]:
-    methods = [m for m in methods if m != "auto-nofloor"]     # one comparison has no search floor
+    methods = [m for m in methods if m not in ("auto-nofloor", "auto-ips")]   # no search in one comparison
     lines = [f"one comparison, good vs bad 5% slower, {BUDGET} reading units per arm, {reps} repetitions: "
              "coverage of the 95% interval, its width, and the node-hours today's way needs for the same width",
              f"{'L':>2} {'rho':>5} | {'method':<7} {'coverage':>9} {'width':>7} {'node-h to same precision':>25}",
@@ -223,6 +237,8 @@ def main(argv=None) -> int:
                     help="repetitions of the one-comparison table (default 1000, --quick 50; 0 skips it)")
     ap.add_argument("--no-attribution", action="store_true", help="only the one-comparison table")
     ap.add_argument("--total-cv", type=float, default=TOTAL_CV, help="a reading's total noise (default 4%%)")
+    ap.add_argument("--costly", default="", help="NAME=RATIO,...: launches of arms holding NAME cost RATIO x L "
+                                                 "(compare auto with auto-ips)")
     a = ap.parse_args(argv)
     reps = a.reps or (3 if a.quick else 100)
     cells = ([(int(c.split(":")[0]), float(c.split(":")[1])) for c in a.cells.split(",") if c] or
@@ -237,7 +253,11 @@ def main(argv=None) -> int:
         print("\n".join(lines[:1]) + f" ({time.time() - t1:.0f} s)\n" + "\n".join(lines[1:]) + "\n")
     if a.no_attribution:
         return 0
-    tasks = [(L, r, meth, rep, a.total_cv) for L, r in cells for meth in methods for rep in range(reps)]
+    costly = {k: float(v) for k, v in (x.split("=") for x in a.costly.split(",") if x)}
+    unknown = sorted(set(costly) - set(FACTORS))
+    if unknown:
+        ap.error(f"--costly: unknown factor(s) {', '.join(unknown)}; one of {', '.join(FACTORS)}")
+    tasks = [(L, r, meth, rep, a.total_cv, costly) for L, r in cells for meth in methods for rep in range(reps)]
     t0 = time.time()
     if a.jobs > 1:
         with mp.Pool(a.jobs) as pool:
@@ -245,7 +265,8 @@ def main(argv=None) -> int:
     else:
         res = [run_one(t) for t in tasks]
     print(f"# sessions simulation: the story's 9 factors, reading CV {a.total_cv:.1%} in all, {reps} repetitions "
-          f"per cell and method, {a.jobs} job(s), {time.time() - t0:.0f} s")
+          f"per cell and method, {a.jobs} job(s), {time.time() - t0:.0f} s"
+          + (f"; launches of arms holding {', '.join(f'{k} cost {v:g}x' for k, v in costly.items())}" if costly else ""))
     hdr = (f"{'L':>2} {'rho':>5} | {'method':<12} {'right':>6} {'node-h':>8} {'vs today':>8} {'launches':>8} "
            f"{'per launch':>10} {'coverage':>9} {'(n)':>6} | targets")
     print(hdr)
@@ -264,7 +285,7 @@ def main(argv=None) -> int:
             notes = []
             if meth != "naive":
                 notes.append("coverage " + ("MET" if 0.935 <= cov <= 0.965 else "MISSED"))
-            if meth in ("auto", "auto-nofloor"):
+            if meth in ("auto", "auto-nofloor", "auto-ips"):
                 notes.append("<= 1.1x today " + ("MET" if cost <= 1.1 * base else "MISSED"))
                 if L == 8 and r < 1:
                     notes.append("<= 1/3 today " + ("MET" if cost <= base / 3 else "MISSED"))

@@ -305,3 +305,21 @@ def test_the_result_that_stands_for_a_session():
     assert r.status is TrialStatus.SERVER_DIED and not r.metrics
     r = session_result(rec, [reading(3, 5.0), reading(4, None, TrialStatus.PARSE_ERROR)], 1, None)
     assert r.status is TrialStatus.PARSE_ERROR         # the server stayed up, every counted reading failed
+
+
+def test_attribute_learns_which_factor_makes_a_launch_dear_and_says_so(tmp_path):
+    """An env var that makes the toy server take 0.8 s to get ready (the others 0.05 s): the
+    attribution's launch-cost model names it from the stored sessions, says the search arms are
+    now chosen by information per second of launch, and still names the slow patch."""
+    exp = served_toy(tmp_path, server="readings = 1\nwarmup_readings = 0", env={"TOY_READY_DELAY": "0.05"},
+                     effects={"slow": 0.7, "noop": 1.0})
+    p = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all TOY_READY_DELAY=0.8", "--json",
+            "--max-trials", "30", timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["culprits"] == ["slow"], p.stdout
+    # (a long message may be folded over two lines: read it as one)
+    said = [" ".join(l.split()) for l in " ".join(p.stderr.split()).split("launch costs")[1:]]
+    assert said and said[-1].startswith("differ by arm") and "env:TOY_READY_DELAY" in said[-1], p.stderr
+    assert "information per second of launch" in said[-1]
+    named = said[-1].split("launches: ")[-1].split(")")[0]
+    assert "slow" not in named, said                       # the patch costs no launch time

@@ -60,6 +60,12 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         workers = session.comparable_workers("attribute")
         if len(workers) > 1 and not screening:
             extra["hosts"] = len(workers)     # one arm per host at a time, compared within hosts
+        costs = None
+        if exp.server is not None and not screening:
+            # serving launches differ in price by arm: search arms by information per second
+            from .readings import LaunchCosts
+            costs = LaunchCosts(session.store, session.campaign, factors, session.log)
+            extra["arm_cost"] = costs.costs
         search = kind(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
                       max_trials=budget, min_effect=d.min_effect, alpha=d.alpha, **extra)
         ex = session.executor(workers)
@@ -74,7 +80,14 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
             active = frozenset(active)
             if active not in arm_of:
                 arm_of[active] = arm_for_active(good, bad, active, exp.patchset)
+                if costs is not None:
+                    costs.active_of[arm_of[active].spec] = active
             return TrialSpec(arm_of[active])
+
+        def after_batch() -> None:
+            if costs is not None:
+                costs.update()
+            planning.update()
 
         def before_batch(batch) -> None:
             est = getattr(search, "estimated_total", None)
@@ -85,7 +98,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
 
         # item i of a batch on host i % hosts: the strategy laid its batches out for that
         drive(search, ex, spec_of, value_of=metric_of(session.metric), before_batch=before_batch,
-              after_batch=planning.update, per_host=len(workers) > 1)
+              after_batch=after_batch, per_host=len(workers) > 1)
         session.conclude(ex)
         verdict = search.verdict()
         res = _result(session, good, bad, factors, verdict)

@@ -83,3 +83,30 @@ class AutoReadings:
                 self._last = m
             self.why = why
         return m
+
+
+class LaunchCosts:
+    """The attribution's launch-cost model (``strategies.arm_costs.ArmCosts``) fed from the
+    campaign's ended sessions after every batch, its account logged whenever it changes. The
+    strategy gets ``costs`` as its ``arm_cost`` and picks search arms by information per second."""
+
+    def __init__(self, store, campaign: str, factors, log: Callable[[str], None]):
+        from ..strategies.arm_costs import ArmCosts
+        self.store, self.campaign, self.log = store, campaign, log
+        self.costs = ArmCosts(factors)
+        self.active_of: dict[str, frozenset] = {}     # arm spec -> the strategy's factor set
+        self._seen: set[str] = set()
+        self._said: tuple = ("few",)      # nothing said until the model has its launches
+
+    def update(self) -> None:
+        for r in self.store.sessions(self.campaign):
+            if r.session in self._seen or r.status != "ok" or not r.finished or r.arm not in self.active_of:
+                continue
+            self._seen.add(r.session)
+            self.costs.add(self.active_of[r.arm], r.finished - r.started)
+        # a line when the account changes in kind (too few launches / alike / which factors
+        # differ), not at every launch's new figures
+        key = self.costs.account()
+        if key != self._said:
+            self._said = key
+            self.log(self.costs.describe())

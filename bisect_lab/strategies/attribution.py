@@ -78,6 +78,9 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
       robust: leave out of every decision (gate, posterior, effects) the readings a contamination
         model discounts as stalls (``stats.robust``), and say which in the verdict; False is the
         Gaussian behaviour before it, kept for the benchmark's side by side.
+      arm_cost: ``cost(arm) -> float``, the relative cost of measuring an arm (a frozenset of this
+        strategy's factors; ``arm_costs.ArmCosts`` for serving launches): search arms are then
+        chosen by expected information per unit of cost. None: by information alone.
     """
 
     name = "attribution"
@@ -89,7 +92,8 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
                  n_random_candidates: int = 30, drift_alpha: float = 0.01,
                  set_probability: float = 0.9, miss_probability: float = 0.05,
                  family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3,
-                 futility_trials: int | None = None, rhos=None, robust: bool = True, hosts: int = 1):
+                 futility_trials: int | None = None, rhos=None, robust: bool = True, hosts: int = 1,
+                 arm_cost=None):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -126,6 +130,7 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
         self._outcome: str | None = None
         self._futile_per_arm: float | None = None
         self.robust = bool(robust)
+        self.arm_cost = arm_cost
         # campaign trial number of each told observation, when a driver (a residual stage) tells
         # this strategy only part of the campaign; None: the observation's own index
         self.trial_numbers: list[int] | None = None

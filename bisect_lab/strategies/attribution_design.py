@@ -130,7 +130,15 @@ class ArmDesign:
             conf[one] = (cand[one] * marg).sum(1)
             allbut = size == len(self.factors) - 1
             conf[allbut] = ((~cand[allbut]) * marg).sum(1)
-            best = int(np.argmax(mi * (1 + self.confirm_bonus * conf)))
+            score = mi * (1 + self.confirm_bonus * conf)
+            if self.arm_cost is not None:
+                # information per second of launch: an arm whose launch costs twice as much must
+                # tell twice as much (references and confirmation arms are measured regardless).
+                # A later stage's arms leave out the factors it stands on: with costs multiplying
+                # per factor that scales every candidate alike, so the choice is unchanged.
+                score = score / np.array([max(1e-6, self.arm_cost(
+                    frozenset(self.factors[f] for f in np.flatnonzero(row)))) for row in cand])
+            best = int(np.argmax(score))
             arm = frozenset(self.factors[f] for f in np.flatnonzero(cand[best]))
             batch.append(arm)
             searched.append(cand[best])
