@@ -165,7 +165,11 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
     res = _typed(res, AttributionResult)
     status = res.status
     color = {"culprits": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
-    console.print(f"[{color}]{status}[/]: good = {escape(repr(res.good))}, bad = {escape(repr(res.bad))}, "
+    typed = res.get("typed") or {}
+
+    def said(spec) -> str:      # as typed, beside the canonical form
+        return f"{typed[spec]!r} (= {spec!r})" if typed.get(spec) else repr(spec)
+    console.print(f"[{color}]{status}[/]: good = {escape(said(res.good))}, bad = {escape(said(res.bad))}, "
                   f"metric {escape(str(res.metric))}, {res.trials} trials (campaign {res.campaign})")
     if res.culprits:
         console.print(f"culprits: [bold]{escape(', '.join(res.culprits))}[/]")
@@ -219,7 +223,10 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
         line = _plan_for_what_was_seen(plan, reg, res.min_effect) if status == "inconclusive" else None
         if line:
             console.print(line)
-    elif plan:
+    elif isinstance(plan, dict) and status == "inconclusive":
+        # no estimate yet (fewer than two readings of good or bad): say so, not the raw object
+        console.print("too few readings of good and bad yet to say how many trials would settle it")
+    elif plan and not isinstance(plan, dict):
         console.print(escape(f"planning: {plan}"))
     _warnings(res, console, plain=_plain_note)
     _go_on(res, console)
@@ -254,7 +261,12 @@ _NOTES = ((re.compile(r"^(?P<who>.+): named by stage (?P<k>\d+) without its own 
                       r"stage (?P<k2>\d+) then attributed what was left$"),
            "{who}: found by search stage {k} and not re-measured on its own; stage {k2} then explained the rest"),
           (re.compile(r"^(?P<who>.+): named by a stage that ran out of budget before its confirmation step"),
-           "{who}: found before the budget ran out, not yet re-measured on its own (more trials would check it)"))
+           "{who}: found before the budget ran out, not yet re-measured on its own (more trials would check it)"),
+          # the noise warning in what it means for the answer, not as a plan for min_effect
+          (re.compile(r"^(?P<pre>.*)noisy arms \(CV good (?P<g>[^,]+), bad (?P<b>[^)]+)\): to resolve (?P<e>[\d.]+%) "
+                      r"at this noise: about (?P<n>\d+) trials per arm$"),
+           "{pre}noisy readings (CV good {g}, bad {b}): a difference as small as {e} would need about {n} "
+           "trials per arm to be told from none"))
 
 
 def _plain_note(w: str) -> str:
