@@ -43,8 +43,11 @@ def run_result(res: dict | RunResult, console: Console) -> None:
     _go_on(res, console)
 
 
-def _arm_label(spec: str, typed: dict) -> str:
-    """The arm as the user typed it beside its canonical form: ``only a,b  (= all-minus c,d)``."""
+def _arm_label(spec: str, typed: dict, labels: dict | None = None) -> str:
+    """The arm as the user typed it beside its canonical form: ``only a,b  (= all-minus c,d)``;
+    ``labels`` name an arm outright (``compare``: the command it runs)."""
+    if labels and labels.get(spec):
+        return labels[spec]
     return f"{typed[spec]}  (= {spec})" if typed.get(spec) else spec
 
 
@@ -78,6 +81,7 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
     """One metric's arms table and comparisons table; ``primary_of``: the run, for the primary metric."""
     direction = f"{metric} ({'higher' if hib else 'lower'} is better)"
     typed = (primary_of.get("typed") if primary_of is not None else None) or {}
+    labels = (primary_of.get("labels") if primary_of is not None else None) or {}
     # the experiment's name and the metric's are the user's text: escaped like the arms
     title = escape(f"{primary_of.experiment}: {direction} — campaign {primary_of.campaign}" if primary_of
                    else f"{direction} — secondary metric")
@@ -87,7 +91,7 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
         t.add_column(col, justify="left" if col == "arm" else "right", overflow="fold" if col == "arm" else "ellipsis")
     for a in arms:
         ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
-        t.add_row(escape(_arm_label(a["arm"], typed)), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
+        t.add_row(escape(_arm_label(a["arm"], typed, labels)), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
                   _cv_text(a), ci,
                   str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))
     console.print(t)
@@ -96,7 +100,7 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
     min_effect = primary_of.min_effect if primary_of is not None else run_min_effect
     c = Table(title=("Comparisons" if primary_of else f"{escape(metric)}: comparisons")
               + " (each arm against the one it is compared with"
-              + (f"; the baseline is {escape(_arm_label(str(primary_of.get('baseline')), typed))}"
+              + (f"; the baseline is {escape(_arm_label(str(primary_of.get('baseline')), typed, labels))}"
                  if primary_of is not None
                  and primary_of.get("baseline") else "")
               + ")" + ("; p-values Holm-adjusted over the run's comparisons" if family else ""))
@@ -119,12 +123,13 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
             if settle:
                 verdict += f" (about {settle[0]} trials per arm would settle a {settle[1]:.0f}% difference)"
         p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
-        c.add_row(escape(_arm_label(r["b"], typed)), escape(_arm_label(r["a"], typed)), escape(r["host"]),
+        c.add_row(escape(_arm_label(r["b"], typed, labels)), escape(_arm_label(r["a"], typed, labels)), escape(r["host"]),
                   change, ci, *p_adj, verdict)
     console.print(c)
     for r in found:
         hosts = {x["host"] for x in comparisons}
-        named = dict(r, a=typed.get(r["a"]) or r["a"], b=typed.get(r["b"]) or r["b"])     # as the user typed them
+        named = dict(r, a=labels.get(r["a"]) or typed.get(r["a"]) or r["a"],    # as the user typed them
+                     b=labels.get(r["b"]) or typed.get(r["b"]) or r["b"])
         console.print(escape(comparison_sentence(named, hib, min_effect) + (f" on {r['host']}" if len(hosts) > 1 else "")))
 
 
@@ -144,7 +149,8 @@ def _two_levels(block, console: Console) -> None:
 
 def _warnings(res: Result, console: Console, plain=None) -> None:
     """Env propagation and the result's warnings (``plain``: a warning in the console's words)."""
-    env = (res.get("env_propagation") or {}).get("vars", [])
+    # a comparison's commands travel in BISECT_LAB_CMD: that it reached the processes says nothing
+    env = [v for v in (res.get("env_propagation") or {}).get("vars", []) if v.get("var") != "BISECT_LAB_CMD"]
     if env:
         t = Table(title="Env vars in the benchmark's processes")
         for col in ("var", "expected", "reached", "trials"):

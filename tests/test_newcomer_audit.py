@@ -65,3 +65,24 @@ def test_log_says_a_run_answer_in_words_and_lists_compare_campaigns(tmp_path):
     comp = cli(tmp_path, "log", "--kind", "compare", "--json")
     assert comp.returncode == 0, comp.stderr
     assert [x["kind"] for x in json.loads(comp.stdout)] == ["compare"]
+
+
+def test_compare_names_its_arms_by_their_commands_and_says_where_results_go_once(tmp_path):
+    """hyperfine's users read "A: sleep 0.05", not the spec `none BISECT_LAB_CMD='sleep 0.05'` that
+    carries it, nor an env-var table about that carrier; the interval in slower/faster words."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), BISECT_LAB_CACHE=str(tmp_path / "cache"))
+    env.pop("BISECT_LAB_RESULTS", None)
+    p = subprocess.run([sys.executable, "-m", "bisect_lab", "compare", "sleep 0.05", "sleep 0.3", "--repeat", "3",
+                        "--warmup", "0"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = " ".join(p.stdout.split())
+    assert "BISECT_LAB_CMD" not in out and "Env vars" not in out, out
+    assert "A: sleep 0.05 │" in out and "│ B: sleep 0.3 │ A: sleep 0.05 │" in out, out
+    assert re.search(r"B is [\d.]+% slower than A \(wall time\); 95% CI [\d.]+% \.\. [\d.]+% slower", out), out
+    assert re.search(r"B: sleep 0.3 is [\d.]+% slower than A: sleep 0.05", out), out
+    said = [l for l in p.stderr.splitlines() if l.startswith("results: ")]
+    assert said == [f"results: {tmp_path / 'data' / 'bisect-lab' / 'results' / 'compare'} (default of compare, "
+                    "never the current folder; --results to change)"], p.stderr
