@@ -86,3 +86,16 @@ def test_compare_names_its_arms_by_their_commands_and_says_where_results_go_once
     said = [l for l in p.stderr.splitlines() if l.startswith("results: ")]
     assert said == [f"results: {tmp_path / 'data' / 'bisect-lab' / 'results' / 'compare'} (default of compare, "
                     "never the current folder; --results to change)"], p.stderr
+
+
+def test_check_and_patches_list_are_not_wrapped_at_80_columns_when_piped(tmp_path):
+    """A piped `check` or `patches list` (a log, `| grep`) broke its lines at rich's 80 columns."""
+    toy = make_toy(tmp_path, bench_command="python3 bench.py --tree {tree} --a-long-option-that-makes-the-line-long")
+    p = cli(tmp_path, "check", toy, "--no-probe", env={"COLUMNS": ""})
+    assert p.returncode == 0, p.stderr
+    assert max(map(len, p.stdout.splitlines())) > 80, p.stdout
+    p = cli(tmp_path, "patches", "list", toy, "--json")
+    assert p.returncode == 0, p.stderr
+    line = next(l for l in cli(tmp_path, "check", toy, "--no-probe").stdout.splitlines() if "would measure" in l)
+    assert re.fullmatch(r"`bisect-lab run` would measure none \(the baseline\) and all on local: 8 trials \(4 per "
+                        r"arm\), metric output_throughput \(higher is better\)", line), line

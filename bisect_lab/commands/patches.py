@@ -37,7 +37,7 @@ def run_from_args(args) -> int:
 def capture(ctx: Context, repo: str, out: str, *, split: list[str] = (), range: str | None = None) -> int:
     """Write the checkout ``repo``'s uncommitted changes (or commits ``range``) as a patch set
     in ``out``; ``repo`` is never modified."""
-    from rich.console import Console
+    from ._context import console as Console  # wide when piped: no wrapping at 80 columns
     from rich.markup import escape
     from ..capture import capture as capture_patchset
     from ..patchset import load_patchset
@@ -63,7 +63,7 @@ def run(ctx: Context, action: str, experiment: str | None) -> int:
 
 
 def _list(ctx: Context, ps) -> int:
-    from rich.console import Console
+    from ._context import console as Console  # wide when piped: no wrapping at 80 columns
     from rich.markup import escape
     from rich.table import Table
     if ctx.json:
@@ -83,7 +83,7 @@ def _list(ctx: Context, ps) -> int:
 
 
 def _check(ctx: Context, exp, ps) -> int:
-    from rich.console import Console
+    from ._context import console as Console  # wide when piped: no wrapping at 80 columns
     from rich.markup import escape
     from ..trees import check_patchset
     hosts = ctx.hosts(exp)
