@@ -1,6 +1,7 @@
 """`bisect-lab bisect --run-script CMD`: pass/fail verdicts as `git bisect run`, end to end on a real
 git repository with a known first bad commit, through the real CLI in a subprocess."""
 import json
+import re
 import os
 import sqlite3
 import textwrap
@@ -68,6 +69,10 @@ def test_run_script_finds_the_first_bad_commit_and_stores_each_verdict(tmp_path)
         assert v == (3.0 if i == 8 else 2.0 if i >= 11 else 1.0), (i, v)
     assert verdict_of[good] == 1.0 and verdict_of[shas[16]] == 2.0      # both ends checked
     assert snapshot(repo.path) == before, "the user's repository was modified"
+    # progress in git bisect's words, not the stored number ("2.00 verdict")
+    lines = [l for l in p.stderr.splitlines() if l.startswith("[")]
+    assert lines and all(re.search(r" on local: (good|bad|skip)$", l) for l in lines), p.stderr
+    assert "verdict" not in "".join(lines)
     # the report reads the stored campaign
     r = cli(tmp_path, "report", res["campaign"], "--out", tmp_path / "rep.md")
     assert r.returncode == 0, r.stderr
