@@ -133,3 +133,6 @@ def test_manual_verdicts_in_git_bisect_style(tmp_path):
         status = db.execute("SELECT status FROM campaigns WHERE id=?", (cid,)).fetchone()[0]
     assert hosts == {"manual"} and status == "done"
     assert "already finished" in one_line_error(cli(tmp_path, "verdict", "good", cid), 2)
+    # one more verdict with no campaign named: said as a verdict with nothing waiting, not a resume
+    line = one_line_error(cli(tmp_path, "verdict", "good"), 2)
+    assert "no manual bisection is waiting for a verdict" in line and "resume" not in line, line
