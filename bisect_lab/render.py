@@ -325,7 +325,7 @@ def bisect_result(res: dict | BisectResult, console: Console) -> None:
     elif status == "inconclusive" and res.range:
         console.print(f"first {escape(new)} commit not found: one of {len(res.range)} commits, "
                       f"{res.range[0][:12]} .. {res.range[-1][:12]}")
-    elif res.range:
+    elif res.range and not (res.commit and len(res.range) == 1):     # not the named commit again
         console.print(f"candidate range: {', '.join(x[:12] for x in res.range)}")
     _warnings(res, console)
     _go_on(res, console)

@@ -136,3 +136,10 @@ def test_manual_verdicts_in_git_bisect_style(tmp_path):
     # one more verdict with no campaign named: said as a verdict with nothing waiting, not a resume
     line = one_line_error(cli(tmp_path, "verdict", "good"), 2)
     assert "no manual bisection is waiting for a verdict" in line and "resume" not in line, line
+
+
+def test_a_named_commit_is_not_repeated_as_a_one_commit_candidate_range(tmp_path):
+    repo, good, shas, exp = repo_with_bug(tmp_path, n=6, culprit=3, skip=set())
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--run-script", SCRIPT)
+    assert p.returncode == 0, p.stderr
+    assert f"first bad commit: {shas[3]}" in p.stdout and "candidate range" not in p.stdout, p.stdout

@@ -53,7 +53,8 @@ def stored_plan(session: Session, arms: list[Arm], note: str, labels: list[str] 
     text = PlanEstimate(float("nan"), float("nan"), d.min_effect, n).describe("commit" if commits else "arm")
     return (f"planning from {_and(counts)} on {host} (CV {cv}): {text} ({note})"
             + _seen_plan(known if len(known) == 2 == len(values) else [], d, "commit" if commits else "arm",
-                         (names[0], names[-1]), exp.benchmark.higher_is_better))
+                         (commits[0][:12], commits[-1][:12]) if commits else (names[0], names[-1]),
+                         exp.benchmark.higher_is_better))
 
 
 def _seen_plan(groups: list[list[float]], d, unit: str, names: tuple[str, str], higher_is_better: bool,
