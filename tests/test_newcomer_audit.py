@@ -99,3 +99,24 @@ def test_check_and_patches_list_are_not_wrapped_at_80_columns_when_piped(tmp_pat
     line = next(l for l in cli(tmp_path, "check", toy, "--no-probe").stdout.splitlines() if "would measure" in l)
     assert re.fullmatch(r"`bisect-lab run` would measure none \(the baseline\) and all on local: 8 trials \(4 per "
                         r"arm\), metric output_throughput \(higher is better\)", line), line
+
+
+def test_patches_list_reads_the_folder_capture_just_wrote(tmp_path):
+    """README: capture a patch set, "then `bisect-lab patches list`": the folder itself is enough
+    (it said "experiment file not found"); `check` needs the experiment and says why in one line."""
+    from gitrepos import GitRepo
+    repo = GitRepo.init(tmp_path / "proj")
+    repo.commit("base", {"a.py": "x = 1\n", "sub/b.py": "y = 1\n"})
+    (tmp_path / "proj" / "a.py").write_text("x = 2  # changed\n")     # a new size: no racy-git stat match
+    (tmp_path / "proj" / "sub" / "b.py").write_text("y = 2  # changed\n")
+    out = tmp_path / "patches" / "mine"
+    p = cli(tmp_path, "patches", "capture", "--repo", tmp_path / "proj", "--out", out, "--split", "sub/*=sub-change")
+    assert p.returncode == 0, p.stderr
+    ls = cli(tmp_path, "patches", "list", out)
+    assert ls.returncode == 0, ls.stderr
+    assert "sub-change" in ls.stdout and "sub/b.py" in ls.stdout and "bundled demo" not in ls.stderr, ls.stdout
+    ck = cli(tmp_path, "patches", "check", out)
+    assert ck.returncode == 2 and "Traceback" not in ck.stderr, ck.stderr
+    assert ck.stderr.strip().splitlines()[-1] == (f"bisect-lab: error: {out} is a folder: patches check takes an "
+                                                   "experiment file (it names the repository and ref the patches "
+                                                   "apply to)"), ck.stderr
