@@ -17,10 +17,13 @@ def test_an_attribution_shows_the_typed_arm_and_plans_from_the_difference_it_see
     assert "bad = 'all-minus noop,gated,fast' (= 'only slow')" in out, out
     assert "culprits: slow" in out, out
     # the 50% the campaign already reads is planned in its own right beside the 2% min_effect
-    m = re.search(r"planning after \d+ trials \(CV good [\d.]+%, bad [\d.]+%\): to resolve 2% at this noise: "
-                  r"about \d+ trials per arm; so far bad ([\d.]+)% slower than good: about (\d+) trials per arm settle that",
-                  p.stderr)
+    m = re.search(r"planning after \d+ trials \(CV good [\d.]+%, bad [\d.]+%\): so far bad ([\d.]+)% slower than "
+                  r"good: about (\d+) trials per arm settle that; to resolve 2% at this noise: about \d+ trials per "
+                  r"arm \(a further, smaller culprit\)", p.stderr)
     assert m and 45 <= float(m[1]) <= 55 and int(m[2]) <= 3, p.stderr[-3000:]
+    # piped, a message stays on one line however long (the planning lines are over 200 characters)
+    assert all(line.startswith(("[", "planning", "results:", "preparing", "prepared", "creating", "fetching",
+                                "warning", "local:")) for line in p.stderr.splitlines() if line), p.stderr
 
 
 def test_an_attribution_stopped_before_it_could_plan_says_so_in_words(tmp_path):

@@ -101,11 +101,17 @@ class PlanProgress:
                                                      or t - self.at < self.every)):
             return
         self.last, self.at = n, t
-        self.session.log(f"planning after {t} trials (CV good {plan.cv_good:.1%}, bad {plan.cv_bad:.1%}): "
-                         f"{plan.text}{self._seen()}")
+        head = f"planning after {t} trials (CV good {plan.cv_good:.1%}, bad {plan.cv_bad:.1%}): "
+        seen = self._seen()
+        if seen:
+            # the difference in hand first; min_effect's count is what a further, smaller culprit costs
+            self.session.log(f"{head}{seen}; {plan.text} (a further, smaller culprit)")
+        else:
+            self.session.log(f"{head}{plan.text}")
 
     def _seen(self) -> str:
-        """``; for the N% seen so far between them: ...`` from this campaign's good and bad readings."""
+        """``so far bad 35.4% slower than good: about 2 trials per arm settle that`` from this
+        campaign's good and bad readings ("" below ``min_effect`` or without two of each)."""
         if not self.arms:
             return ""
         from ..summaries import positive_metric
@@ -118,4 +124,4 @@ class PlanProgress:
         if min(len(g) for g in groups) < 2:
             return ""
         return _seen_plan(groups, s.experiment.design, "arm", ("good", "bad"),
-                          s.experiment.benchmark.higher_is_better, "so far")
+                          s.experiment.benchmark.higher_is_better, "so far").removeprefix("; ")

@@ -155,7 +155,9 @@ class Progress:
             from rich.markup import escape
             from ..redact import redact_text
             msg = redact_text(msg)
-            (self.bar.console if self.bar else self.err).print(f"[dim]{escape(msg)}[/]", highlight=False)
+            # piped (a log, `2>&1 | grep`): one line per message, however long, never folded
+            (self.bar.console if self.bar else self.err).print(f"[dim]{escape(msg)}[/]", highlight=False,
+                                                               soft_wrap=not self.err.is_terminal)
 
     def stop(self):
         if self.bar:
