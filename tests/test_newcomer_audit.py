@@ -123,3 +123,26 @@ def test_patches_list_reads_the_folder_capture_just_wrote(tmp_path):
     assert ck.stderr.strip().splitlines()[-1] == (f"bisect-lab: error: {out} is a folder: patches check takes an "
                                                    "experiment file (it names the repository and ref the patches "
                                                    "apply to)"), ck.stderr
+
+
+def test_the_other_bundled_experiments_keep_their_results_out_of_the_installation(tmp_path):
+    """experiments/README's `bisect-lab run experiments/demo-server.toml` wrote into the checkout's
+    (or site-packages') experiments/results: every shipped experiment writes to the user data dir."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import bisect_lab
+    exp = Path(bisect_lab.__file__).resolve().parent.parent / "experiments" / "demo-server.toml"
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), BISECT_LAB_CACHE=str(tmp_path / "cache"))
+    env.pop("BISECT_LAB_RESULTS", None)
+    before = sorted((exp.parent / "results").rglob("*")) if (exp.parent / "results").exists() else None
+    p = subprocess.run([sys.executable, "-m", "bisect_lab", "run", exp, "--patches", "none", "--repeat", "1",
+                        "--json"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    where = tmp_path / "data" / "bisect-lab" / "results" / "demo"
+    assert f"results: {where} (default for the bundled demo experiments; --results to change)" in p.stderr
+    assert (where / "bisect-lab.sqlite").is_file()
+    after = sorted((exp.parent / "results").rglob("*")) if (exp.parent / "results").exists() else None
+    assert after == before, "a bundled experiment wrote into the installation"
