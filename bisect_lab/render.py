@@ -90,7 +90,8 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
         # fold, not ellipsis: two arms that differ by a secret's tag (<redacted:3f2a1b9c>) stay apart
         t.add_column(col, justify="left" if col == "arm" else "right", overflow="fold" if col == "arm" else "ellipsis")
     for a in arms:
-        ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
+        # one reading has no interval ("5091.58 .. 5091.58" read as a certainty)
+        ci = "-" if a.get("ci_low") is None or (a.get("n") or 0) < 2 else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
         t.add_row(escape(_arm_label(a["arm"], typed, labels)), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
                   _cv_text(a), ci,
                   str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))

@@ -146,3 +146,16 @@ def test_the_other_bundled_experiments_keep_their_results_out_of_the_installatio
     assert (where / "bisect-lab.sqlite").is_file()
     after = sorted((exp.parent / "results").rglob("*")) if (exp.parent / "results").exists() else None
     assert after == before, "a bundled experiment wrote into the installation"
+
+
+def test_one_reading_per_arm_shows_no_cv_and_no_interval(tmp_path):
+    """Item 6: `CV nan%` for one reading; its "95% CI 99.87 .. 99.87" was the same false precision."""
+    exp = make_toy(tmp_path, effects={"slow": 0.7, "noop": 1.0})
+    p = cli(tmp_path, "run", exp, "--repeat", "1", env={"COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [l for l in p.stdout.splitlines() if l.startswith("│ none ") or l.startswith("│ all ")][:2]
+    assert len(rows) == 2, p.stdout
+    for row in rows:
+        cells = [c.strip() for c in row.strip("│").split("│")]
+        assert cells[1] == "1" and cells[4] == "-" and cells[5] == "-", row
+    assert "nan" not in p.stdout
