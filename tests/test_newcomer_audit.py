@@ -21,6 +21,12 @@ def test_an_attribution_shows_the_typed_arm_and_plans_from_the_difference_it_see
                   r"good: about (\d+) trials per arm settle that; to resolve 2% at this noise: about \d+ trials per "
                   r"arm \(a further, smaller culprit\)", p.stderr)
     assert m and 45 <= float(m[1]) <= 55 and int(m[2]) <= 3, p.stderr[-3000:]
+    # the report opens in the same words; the posterior stays in its detail
+    cid = out.split("(campaign ")[1].split(")")[0]
+    assert cli(tmp_path, "report", cid, "--out", tmp_path / "a.md").returncode == 0
+    head = (tmp_path / "a.md").read_text().split("\n## ")[0]
+    assert re.search(r"explained by \*\*slow\*\* \((>99|\d\d)% sure\)\. `only slow` is [45]\d\.\d% slower than `none` "
+                     r"\(95% CI [\d.]+% \.\. [\d.]+% slower\)", head) and "posterior" not in head, head
     # piped, a message stays on one line however long (the planning lines are over 200 characters)
     assert all(line.startswith(("[", "planning", "results:", "preparing", "prepared", "creating", "fetching",
                                 "warning", "local:")) for line in p.stderr.splitlines() if line), p.stderr

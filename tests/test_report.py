@@ -163,8 +163,9 @@ def test_attribution_report_names_culprits_and_plots_effects(tmp_path):
     rep = build_report(store, cid)
     md = to_markdown(rep)
     assert rep.status == "bad"
-    assert "explained by **env:OEA_ENABLE, mla-gather-cast, oea-topk** (posterior 0.97)" in md
-    assert "`all OEA_ENABLE=1` is -36.0% vs `none` (-38.0% .. -34.0%)" in md
+    # the answer in a performance engineer's words (#24 item 6); the signed ratios in the detail
+    assert "explained by **env:OEA_ENABLE, mla-gather-cast, oea-topk** (97% sure)" in md
+    assert "`all OEA_ENABLE=1` is 36.0% slower than `none` (95% CI 34.0% .. 38.0% slower)" in md
     assert "| `mla-gather-cast` | main | -30.0% | -32.0% .. -28.0% | 80% (72..88%) |" in md
     assert "| `sm120-fixes` | main | +0.1% |" in md
     assert "oea-topk costs 15% only when OEA_ENABLE=1" in md
@@ -189,7 +190,8 @@ def test_bisect_report_shows_the_path(tmp_path):
         "path": [[p, v] for p, v in path], "path_commits": [[shas[p], v] for p, v in path],
         "untestable": {shas[3]: "apply-failed: patch x does not apply"}, "metric": "output_throughput"})
     md = to_markdown(build_report(store, cid))
-    assert f"First bad commit: **`{shas[5][:12]}`** attention: gather then cast, posterior 0.96; its effect: -20.0%" in md
+    assert (f"First bad commit: **`{shas[5][:12]}`** attention: gather then cast (96% sure); bad is 20.0% slower "
+            "than good (95% CI 18.0% .. 22.0% slower)") in md
     assert f"| 5 | `{shas[5][:12]}` ← first bad | 2 | 80.00 | 0 |" in md
     assert f"| 3 | `{shas[3][:12]}` | 0 | - | 1 |" in md
     assert "![bisection-path]" in md
