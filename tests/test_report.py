@@ -83,7 +83,7 @@ def test_run_report_markdown_reads_well(run_store, tmp_path):
     # the answer first: which arm is slower, by how much, with an interval
     answer = md.split("\n")[2]
     assert answer.startswith("> 🔴 `all NCCL_ALGO=Tree` is **2") and "lower** than `all-minus mla`" in answer
-    assert re.search(r"is \*\*2[4-7]\.\d% lower\*\*", answer)
+    assert re.search(r"is \*\*2[4-7]\.\d% slower\*\*", answer)
     # arms table with n and failures
     assert re.search(r"\| `all-minus mla` \| 6 \| 9[34]\.\d\d \|", md)
     assert "| `all NCCL_ALGO=Tree` | 6 |" in md
@@ -320,7 +320,7 @@ def test_run_report_shows_the_stored_comparison_not_a_recomputed_one(tmp_path):
         res["arms"][0].update(median=123.45)
     store, cid = _stored_run(tmp_path, {"none": 100.0, "all": 80.0}, doctor=doctor)
     md = to_markdown(build_report(store, cid))
-    assert "`all` is **50.0% lower** than `none` (-55.0% .. -45.0%, p=0.012): a regression." in md
+    assert "`all` is **50.0% slower** than `none` (95% CI 45.0% .. 55.0% slower): a regression." in md
     assert "| `none` | `all` | -50.0% | -55.0% .. -45.0% | 0.012 | 0.046 | **worse** (significant) |" in md
     assert "| `none` | 6 | 123.45 |" in md
     assert "-20." not in md.split("## Arms")[1].split("## Every trial")[0]
@@ -342,7 +342,7 @@ def test_run_report_status_is_the_stored_verdict(tmp_path):
         res["comparisons"][0].update(ratio=0.9, ci_low=0.88, ci_high=0.92, verdict="different", regression=True)
     store, cid = _stored_run(tmp_path / "2", {"none": 100.0, "all": 100.0}, doctor=regression)
     rep = build_report(store, cid)
-    assert rep.status == "bad" and "`all` is **10.0% lower** than `none`" in rep.answer
+    assert rep.status == "bad" and "`all` is **10.0% slower** than `none`" in rep.answer
     store.close()
 
     def downgraded(res):        # significant alone, not after Holm: undecided, not green
