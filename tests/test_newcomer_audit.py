@@ -27,6 +27,10 @@ def test_an_attribution_shows_the_typed_arm_and_plans_from_the_difference_it_see
     head = (tmp_path / "a.md").read_text().split("\n## ")[0]
     assert re.search(r"explained by \*\*slow\*\* \((>99|\d\d)% sure\)\. `only slow` is [45]\d\.\d% slower than `none` "
                      r"\(95% CI [\d.]+% \.\. [\d.]+% slower\)", head) and "posterior" not in head, head
+    # progress: the arm measured, against the budget from the first line ("at most": it stops early)
+    prog = [l for l in p.stderr.splitlines() if l.startswith("[")]
+    assert prog and all(re.match(r"\[\d+/200 at most(, ETA at most \S+)?\] arm (none|only slow|.+) on local: ", l)
+                        for l in prog), prog
     # piped, a message stays on one line however long (the planning lines are over 200 characters)
     assert all(line.startswith(("[", "planning", "results:", "preparing", "prepared", "creating", "fetching",
                                 "warning", "local:")) for line in p.stderr.splitlines() if line), p.stderr
