@@ -169,3 +169,19 @@ def test_one_reading_per_arm_shows_no_cv_and_no_interval(tmp_path):
         cells = [c.strip() for c in row.strip("│").split("│")]
         assert cells[1] == "1" and cells[4] == "-" and cells[5] == "-", row
     assert "nan" not in p.stdout
+
+
+def test_no_planning_line_once_the_search_has_its_answer():
+    """Item 9: a planning estimate was logged after the bisection had finished."""
+    from types import SimpleNamespace
+
+    from bisect_lab.campaigns.planning import PlanProgress
+    from bisect_lab.verdicts import PlanEstimate
+    lines: list[str] = []
+    strategy = SimpleNamespace(trials=12, done=True, plan_estimate=lambda: PlanEstimate(0.01, 0.02, 0.02, 429))
+    PlanProgress(SimpleNamespace(log=lines.append), strategy).update()
+    assert lines == []
+    strategy.done = False
+    PlanProgress(SimpleNamespace(log=lines.append), strategy).update()
+    assert lines == ["planning after 12 trials (CV good 1.0%, bad 2.0%): to resolve 2% at this noise: about 429 "
+                     "trials per arm"]
