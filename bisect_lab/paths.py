@@ -4,8 +4,9 @@ in the user cache dir.
 Where a campaign's results go, first match wins:
 
 1. ``--results``, then ``BISECT_LAB_RESULTS``;
-2. the bundled demo: the user data dir, ``$XDG_DATA_HOME/bisect-lab/results/demo``
-   (``XDG_DATA_HOME`` defaults to ``~/.local/share``);
+2. the bundled demo and the other experiments shipped beside it (``demo-server.toml``, ...): the
+   user data dir, ``$XDG_DATA_HOME/bisect-lab/results/demo`` (``XDG_DATA_HOME`` defaults to
+   ``~/.local/share``), never the installation;
 3. an experiment file inside its own target repository (the checkout, or the plain folder, that
    ``[target] repo`` names): bisect-lab never creates files in the user's checkout, so the user
    data dir, ``$XDG_DATA_HOME/bisect-lab/results/<target-folder-name>-<hash of its path>``;
@@ -77,7 +78,7 @@ def results_dir(explicit: str | os.PathLike | None = None, *, experiment: str | 
         return d, f"results: {d.resolve()} (BISECT_LAB_RESULTS)"
     if demo:
         d = demo_results_dir()
-        return d, f"results: {d} (default for the bundled demo; --results to change)"
+        return d, f"results: {d} (default for the bundled demo experiments; --results to change)"
     if experiment is not None:
         folder = Path(experiment).resolve().parent
         root = target_root(target_repo)

@@ -43,8 +43,11 @@ def run_result(res: dict | RunResult, console: Console) -> None:
     _go_on(res, console)
 
 
-def _arm_label(spec: str, typed: dict) -> str:
-    """The arm as the user typed it beside its canonical form: ``only a,b  (= all-minus c,d)``."""
+def _arm_label(spec: str, typed: dict, labels: dict | None = None) -> str:
+    """The arm as the user typed it beside its canonical form: ``only a,b  (= all-minus c,d)``;
+    ``labels`` name an arm outright (``compare``: the command it runs)."""
+    if labels and labels.get(spec):
+        return labels[spec]
     return f"{typed[spec]}  (= {spec})" if typed.get(spec) else spec
 
 
@@ -78,6 +81,7 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
     """One metric's arms table and comparisons table; ``primary_of``: the run, for the primary metric."""
     direction = f"{metric} ({'higher' if hib else 'lower'} is better)"
     typed = (primary_of.get("typed") if primary_of is not None else None) or {}
+    labels = (primary_of.get("labels") if primary_of is not None else None) or {}
     # the experiment's name and the metric's are the user's text: escaped like the arms
     title = escape(f"{primary_of.experiment}: {direction} — campaign {primary_of.campaign}" if primary_of
                    else f"{direction} — secondary metric")
@@ -86,8 +90,9 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
         # fold, not ellipsis: two arms that differ by a secret's tag (<redacted:3f2a1b9c>) stay apart
         t.add_column(col, justify="left" if col == "arm" else "right", overflow="fold" if col == "arm" else "ellipsis")
     for a in arms:
-        ci = "-" if a.get("ci_low") is None else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
-        t.add_row(escape(_arm_label(a["arm"], typed)), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
+        # one reading has no interval ("5091.58 .. 5091.58" read as a certainty)
+        ci = "-" if a.get("ci_low") is None or (a.get("n") or 0) < 2 else f"{a['ci_low']:.2f} .. {a['ci_high']:.2f}"
+        t.add_row(escape(_arm_label(a["arm"], typed, labels)), str(a["n"]), _num(a.get("median")), _num(a.get("mean")),
                   _cv_text(a), ci,
                   str(a.get("failed", 0)) + (f" {a['failures']}" if a.get("failures") else ""))
     console.print(t)
@@ -96,7 +101,7 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
     min_effect = primary_of.min_effect if primary_of is not None else run_min_effect
     c = Table(title=("Comparisons" if primary_of else f"{escape(metric)}: comparisons")
               + " (each arm against the one it is compared with"
-              + (f"; the baseline is {escape(_arm_label(str(primary_of.get('baseline')), typed))}"
+              + (f"; the baseline is {escape(_arm_label(str(primary_of.get('baseline')), typed, labels))}"
                  if primary_of is not None
                  and primary_of.get("baseline") else "")
               + ")" + ("; p-values Holm-adjusted over the run's comparisons" if family else ""))
@@ -119,12 +124,13 @@ def _metric_tables(metric: str, hib: bool, arms: list[dict], comparisons: list[d
             if settle:
                 verdict += f" (about {settle[0]} trials per arm would settle a {settle[1]:.0f}% difference)"
         p_adj = (_num(r.get("p_adjusted"), "{:.2g}"),) if family else ()
-        c.add_row(escape(_arm_label(r["b"], typed)), escape(_arm_label(r["a"], typed)), escape(r["host"]),
+        c.add_row(escape(_arm_label(r["b"], typed, labels)), escape(_arm_label(r["a"], typed, labels)), escape(r["host"]),
                   change, ci, *p_adj, verdict)
     console.print(c)
     for r in found:
         hosts = {x["host"] for x in comparisons}
-        named = dict(r, a=typed.get(r["a"]) or r["a"], b=typed.get(r["b"]) or r["b"])     # as the user typed them
+        named = dict(r, a=labels.get(r["a"]) or typed.get(r["a"]) or r["a"],    # as the user typed them
+                     b=labels.get(r["b"]) or typed.get(r["b"]) or r["b"])
         console.print(escape(comparison_sentence(named, hib, min_effect) + (f" on {r['host']}" if len(hosts) > 1 else "")))
 
 
@@ -144,7 +150,8 @@ def _two_levels(block, console: Console) -> None:
 
 def _warnings(res: Result, console: Console, plain=None) -> None:
     """Env propagation and the result's warnings (``plain``: a warning in the console's words)."""
-    env = (res.get("env_propagation") or {}).get("vars", [])
+    # a comparison's commands travel in BISECT_LAB_CMD: that it reached the processes says nothing
+    env = [v for v in (res.get("env_propagation") or {}).get("vars", []) if v.get("var") != "BISECT_LAB_CMD"]
     if env:
         t = Table(title="Env vars in the benchmark's processes")
         for col in ("var", "expected", "reached", "trials"):
@@ -165,7 +172,11 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
     res = _typed(res, AttributionResult)
     status = res.status
     color = {"culprits": "bold red", "no-regression": "green", "inconclusive": "yellow"}.get(status, "")
-    console.print(f"[{color}]{status}[/]: good = {escape(repr(res.good))}, bad = {escape(repr(res.bad))}, "
+    typed = res.get("typed") or {}
+
+    def said(spec) -> str:      # as typed, beside the canonical form
+        return f"{typed[spec]!r} (= {spec!r})" if typed.get(spec) else repr(spec)
+    console.print(f"[{color}]{status}[/]: good = {escape(said(res.good))}, bad = {escape(said(res.bad))}, "
                   f"metric {escape(str(res.metric))}, {res.trials} trials (campaign {res.campaign})")
     if res.culprits:
         console.print(f"culprits: [bold]{escape(', '.join(res.culprits))}[/]")
@@ -219,7 +230,10 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
         line = _plan_for_what_was_seen(plan, reg, res.min_effect) if status == "inconclusive" else None
         if line:
             console.print(line)
-    elif plan:
+    elif isinstance(plan, dict) and status == "inconclusive":
+        # no estimate yet (fewer than two readings of good or bad): say so, not the raw object
+        console.print("too few readings of good and bad yet to say how many trials would settle it")
+    elif plan and not isinstance(plan, dict):
         console.print(escape(f"planning: {plan}"))
     _warnings(res, console, plain=_plain_note)
     _go_on(res, console)
@@ -254,7 +268,12 @@ _NOTES = ((re.compile(r"^(?P<who>.+): named by stage (?P<k>\d+) without its own 
                       r"stage (?P<k2>\d+) then attributed what was left$"),
            "{who}: found by search stage {k} and not re-measured on its own; stage {k2} then explained the rest"),
           (re.compile(r"^(?P<who>.+): named by a stage that ran out of budget before its confirmation step"),
-           "{who}: found before the budget ran out, not yet re-measured on its own (more trials would check it)"))
+           "{who}: found before the budget ran out, not yet re-measured on its own (more trials would check it)"),
+          # the noise warning in what it means for the answer, not as a plan for min_effect
+          (re.compile(r"^(?P<pre>.*)noisy arms \(CV good (?P<g>[^,]+), bad (?P<b>[^)]+)\): to resolve (?P<e>[\d.]+%) "
+                      r"at this noise: about (?P<n>\d+) trials per arm$"),
+           "{pre}noisy readings (CV good {g}, bad {b}): a difference as small as {e} would need about {n} "
+           "trials per arm to be told from none"))
 
 
 def _plain_note(w: str) -> str:
@@ -307,7 +326,7 @@ def bisect_result(res: dict | BisectResult, console: Console) -> None:
     elif status == "inconclusive" and res.range:
         console.print(f"first {escape(new)} commit not found: one of {len(res.range)} commits, "
                       f"{res.range[0][:12]} .. {res.range[-1][:12]}")
-    elif res.range:
+    elif res.range and not (res.commit and len(res.range) == 1):     # not the named commit again
         console.print(f"candidate range: {', '.join(x[:12] for x in res.range)}")
     _warnings(res, console)
     _go_on(res, console)

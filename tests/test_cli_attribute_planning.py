@@ -39,7 +39,9 @@ def test_planning_before_and_during_an_attribution_and_before_a_run(tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     log = _lines(first.stderr)
     assert "planning: no earlier measurements of 'none' and 'all' on local" in log, log
+    # the 4% seen so far first, then the 2% min_effect as what a further, smaller culprit costs
     during = re.findall(r"planning after (\d+) trials \(CV good ([\d.]+)%, bad ([\d.]+)%\): "
+                        r"(?:so far bad [\d.]+% slower than good: about \d+ trials per arm settle that; )?"
                         r"to resolve 2% at this noise: about (\d+) trials per arm", log)
     assert during, log
     # CV as printed (one decimal): two readings of an arm at CV 1% agree to within 0.05% about one

@@ -146,9 +146,10 @@ def test_bisect_plans_from_stored_trials_of_its_two_ends(tmp_path):
     assert 0 < float(m[3]) < 5 and 0 < float(m[4]) < 5            # the toy benchmark's 1% noise
     assert log.index(m[0]) < log.index("[1/")                       # before this campaign's first trial
     # and what the 25% slowdown those trials already show costs, not only the 2% min_effect
-    seen = re.search(r"per commit \(budget 80 trials, 6 candidate commits\); for the (\d+)% the stored trials "
-                     r"show between them: about (\d+) trials per commit", log)
-    assert seen and 20 <= int(seen[1]) <= 40 and int(seen[2]) < int(m[5]), log
+    seen = re.search(rf"per commit \(budget 80 trials, 6 candidate commits\); the stored trials show "
+                     rf"{shas[6][:12]} ([\d.]+)% slower than {good[:12]}: about (\d+) trials per commit settle that",
+                     log)
+    assert seen and 20 <= float(seen[1]) <= 30 and int(seen[2]) < int(m[5]), log
 
 
 def test_bisect_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):

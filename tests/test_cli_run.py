@@ -115,7 +115,7 @@ def test_run_compares_secondary_metrics_in_one_holm_family(tmp_path):
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "r.md").read_text()
     assert "Secondary metric: median_ttft_ms (lower is better)" in md, md
-    assert "higher** on median_ttft_ms than `none`" in md, md
+    assert "slower** on median_ttft_ms than `none` (95% CI " in md, md     # worse in the metric's direction
 
     human = cli(tmp_path, "run", exp, "--patches", "none", "--patches", "none TOY_TTFT=1.3", "--repeat", "3")
     assert human.returncode == 0, human.stderr

@@ -54,7 +54,7 @@ def test_check_shows_what_would_run_and_probes_the_noise(tmp_path):
     res = json.loads(p.stdout)
     assert res["problems"] == [] and res["patches"]["ok"] is True
     wr = res["would_run"]
-    assert wr["arms"][0] == "all" and wr["arms"][1] == "none" and wr["hosts"] == ["local"]
+    assert wr["arms"] == ["none", "all"] and wr["hosts"] == ["local"]
     assert "{tree}" not in wr["command"] and str(tmp_path / "cache") in wr["command"], wr["command"]
     pr = res["probe"]
     assert pr["n"] == 3 and pr["arm"] == "all"
@@ -68,7 +68,7 @@ def test_check_shows_what_would_run_and_probes_the_noise(tmp_path):
     h = cli(tmp_path, "check", toy, "--probe", "2")
     assert h.returncode == 0, h.stderr
     out = " ".join(h.stdout.split())
-    assert "a 2% effect needs about" in out and "trials per arm" in out and "a run would measure all, none" in out
+    assert "a 2% effect needs about" in out and "trials per arm" in out and "`bisect-lab run` would measure none (the baseline) and all on local" in out
 
 
 def test_check_names_a_conflicting_patch_set_and_a_busy_gpu(tmp_path):

@@ -1,6 +1,7 @@
 """`bisect-lab bisect --run-script CMD`: pass/fail verdicts as `git bisect run`, end to end on a real
 git repository with a known first bad commit, through the real CLI in a subprocess."""
 import json
+import re
 import os
 import sqlite3
 import textwrap
@@ -68,6 +69,10 @@ def test_run_script_finds_the_first_bad_commit_and_stores_each_verdict(tmp_path)
         assert v == (3.0 if i == 8 else 2.0 if i >= 11 else 1.0), (i, v)
     assert verdict_of[good] == 1.0 and verdict_of[shas[16]] == 2.0      # both ends checked
     assert snapshot(repo.path) == before, "the user's repository was modified"
+    # progress in git bisect's words, not the stored number ("2.00 verdict")
+    lines = [l for l in p.stderr.splitlines() if l.startswith("[")]
+    assert lines and all(re.search(r" on local: (good|bad|skip)$", l) for l in lines), p.stderr
+    assert "verdict" not in "".join(lines)
     # the report reads the stored campaign
     r = cli(tmp_path, "report", res["campaign"], "--out", tmp_path / "rep.md")
     assert r.returncode == 0, r.stderr
@@ -128,3 +133,13 @@ def test_manual_verdicts_in_git_bisect_style(tmp_path):
         status = db.execute("SELECT status FROM campaigns WHERE id=?", (cid,)).fetchone()[0]
     assert hosts == {"manual"} and status == "done"
     assert "already finished" in one_line_error(cli(tmp_path, "verdict", "good", cid), 2)
+    # one more verdict with no campaign named: said as a verdict with nothing waiting, not a resume
+    line = one_line_error(cli(tmp_path, "verdict", "good"), 2)
+    assert "no manual bisection is waiting for a verdict" in line and "resume" not in line, line
+
+
+def test_a_named_commit_is_not_repeated_as_a_one_commit_candidate_range(tmp_path):
+    repo, good, shas, exp = repo_with_bug(tmp_path, n=6, culprit=3, skip=set())
+    p = cli(tmp_path, "bisect", exp, "--good", good, "--bad", "main", "--run-script", SCRIPT)
+    assert p.returncode == 0, p.stderr
+    assert f"first bad commit: {shas[3]}" in p.stdout and "candidate range" not in p.stdout, p.stdout

@@ -30,7 +30,7 @@ def test_reports_log_and_json_of_report_cache_and_gpu(tmp_path):
     # `log`: newest first, with kind, status, answer, trials; a wide table when piped
     lg = json.loads(cli(tmp_path, "log", "--json").stdout)
     assert [c["id"] for c in lg] == cids[::-1]
-    assert all(c["kind"] == "run" and c["status"] == "done" and c["trials"] == 2 and "vs" in c["answer"] for c in lg)
+    assert all(c["kind"] == "run" and c["status"] == "done" and c["trials"] == 2 and ("vs" in c["answer"] or " than " in c["answer"]) for c in lg)
     human = cli(tmp_path, "log", env=NARROW)
     assert human.returncode == 0, human.stderr
     rows = [l for l in human.stdout.splitlines() if cids[0] in l]

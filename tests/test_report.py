@@ -83,7 +83,7 @@ def test_run_report_markdown_reads_well(run_store, tmp_path):
     # the answer first: which arm is slower, by how much, with an interval
     answer = md.split("\n")[2]
     assert answer.startswith("> 🔴 `all NCCL_ALGO=Tree` is **2") and "lower** than `all-minus mla`" in answer
-    assert re.search(r"is \*\*2[4-7]\.\d% lower\*\*", answer)
+    assert re.search(r"is \*\*2[4-7]\.\d% slower\*\*", answer)
     # arms table with n and failures
     assert re.search(r"\| `all-minus mla` \| 6 \| 9[34]\.\d\d \|", md)
     assert "| `all NCCL_ALGO=Tree` | 6 |" in md
@@ -163,8 +163,9 @@ def test_attribution_report_names_culprits_and_plots_effects(tmp_path):
     rep = build_report(store, cid)
     md = to_markdown(rep)
     assert rep.status == "bad"
-    assert "explained by **env:OEA_ENABLE, mla-gather-cast, oea-topk** (posterior 0.97)" in md
-    assert "`all OEA_ENABLE=1` is -36.0% vs `none` (-38.0% .. -34.0%)" in md
+    # the answer in a performance engineer's words (#24 item 6); the signed ratios in the detail
+    assert "explained by **env:OEA_ENABLE, mla-gather-cast, oea-topk** (97% sure)" in md
+    assert "`all OEA_ENABLE=1` is 36.0% slower than `none` (95% CI 34.0% .. 38.0% slower)" in md
     assert "| `mla-gather-cast` | main | -30.0% | -32.0% .. -28.0% | 80% (72..88%) |" in md
     assert "| `sm120-fixes` | main | +0.1% |" in md
     assert "oea-topk costs 15% only when OEA_ENABLE=1" in md
@@ -189,7 +190,8 @@ def test_bisect_report_shows_the_path(tmp_path):
         "path": [[p, v] for p, v in path], "path_commits": [[shas[p], v] for p, v in path],
         "untestable": {shas[3]: "apply-failed: patch x does not apply"}, "metric": "output_throughput"})
     md = to_markdown(build_report(store, cid))
-    assert f"First bad commit: **`{shas[5][:12]}`** attention: gather then cast, posterior 0.96; its effect: -20.0%" in md
+    assert (f"First bad commit: **`{shas[5][:12]}`** attention: gather then cast (96% sure); bad is 20.0% slower "
+            "than good (95% CI 18.0% .. 22.0% slower)") in md
     assert f"| 5 | `{shas[5][:12]}` ← first bad | 2 | 80.00 | 0 |" in md
     assert f"| 3 | `{shas[3][:12]}` | 0 | - | 1 |" in md
     assert "![bisection-path]" in md
@@ -318,7 +320,7 @@ def test_run_report_shows_the_stored_comparison_not_a_recomputed_one(tmp_path):
         res["arms"][0].update(median=123.45)
     store, cid = _stored_run(tmp_path, {"none": 100.0, "all": 80.0}, doctor=doctor)
     md = to_markdown(build_report(store, cid))
-    assert "`all` is **50.0% lower** than `none` (-55.0% .. -45.0%, p=0.012): a regression." in md
+    assert "`all` is **50.0% slower** than `none` (95% CI 45.0% .. 55.0% slower): a regression." in md
     assert "| `none` | `all` | -50.0% | -55.0% .. -45.0% | 0.012 | 0.046 | **worse** (significant) |" in md
     assert "| `none` | 6 | 123.45 |" in md
     assert "-20." not in md.split("## Arms")[1].split("## Every trial")[0]
@@ -340,7 +342,7 @@ def test_run_report_status_is_the_stored_verdict(tmp_path):
         res["comparisons"][0].update(ratio=0.9, ci_low=0.88, ci_high=0.92, verdict="different", regression=True)
     store, cid = _stored_run(tmp_path / "2", {"none": 100.0, "all": 100.0}, doctor=regression)
     rep = build_report(store, cid)
-    assert rep.status == "bad" and "`all` is **10.0% lower** than `none`" in rep.answer
+    assert rep.status == "bad" and "`all` is **10.0% slower** than `none`" in rep.answer
     store.close()
 
     def downgraded(res):        # significant alone, not after Holm: undecided, not green

@@ -73,7 +73,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         good_arm = arm_for_active(good, bad, frozenset(), exp.patchset)
         bad_arm = arm_for_active(good, bad, frozenset(factors), exp.patchset)
         session.log(stored_plan(session, [good_arm, bad_arm], f"budget {budget} trials", ["good", "bad"]))
-        planning = PlanProgress(session, search)
+        planning = PlanProgress(session, search, arms=(good_arm.spec, bad_arm.spec))
         arm_of: dict[frozenset, Arm] = {}
 
         def spec_of(active) -> TrialSpec:

@@ -38,9 +38,11 @@ def experiment_or_demo(path: str | None):
 
 
 def is_bundled_demo(exp) -> bool:
-    """Whether ``exp`` is the bundled demo experiment (its results go to the user data dir)."""
+    """Whether ``exp`` is one of the experiments shipped with bisect-lab (``demo.toml`` and its
+    siblings: ``demo-server.toml``, ``sweep-demo.toml``, ...): their results go to the user data
+    dir, never into the installation (``experiments/results`` of the checkout, or site-packages)."""
     try:
-        return exp.path is not None and Path(exp.path).resolve() == bundled_demo().resolve()
+        return exp.path is not None and Path(exp.path).resolve().parent == bundled_demo().resolve().parent
     except UsageError:
         return False
 

@@ -167,3 +167,27 @@ def add_baseline(parser: argparse.ArgumentParser) -> None:
     """``--baseline ARM``: the arm every other arm of a ``run`` is compared with."""
     add_arms(parser, "--baseline", help="the arm the others are compared with, measured too (default: the first "
                                         "--patches given; none beside a lone --patches ARM, or no --patches)")
+
+
+def typed_forms(arms, patchset) -> dict[str, str]:
+    """``{canonical spec: what the user typed}`` for the arms whose typed form differs from their
+    canonical one by more than quoting: `only a,b` reads as `all-minus c,d`, which means something
+    else once a patch is added, so the output shows both."""
+    import shlex
+
+    from ..arms import parse_arm
+
+    def words(spec: str) -> list[str]:
+        try:
+            return shlex.split(spec)
+        except ValueError:
+            return spec.split()
+
+    typed: dict[str, str] = {}
+    for a in arms:
+        if a is None:
+            continue
+        spec = parse_arm(a, patchset).spec
+        if words(a) != words(spec):
+            typed.setdefault(spec, " ".join(a.split()))
+    return typed

@@ -19,6 +19,12 @@ ETA_AFTER = 3          # completions between trials measured before an ETA is sh
 
 from ..terminal_text import printable  # noqa: F401  (re-exported: the progress line's cleaning)
 
+def _verdict_word(v: float, metric: str) -> str | None:
+    """A pass/fail bisection's reading (``bisect --run-script``: 1 good, 2 bad, 3 skip, the
+    campaign's ``verdict`` metric) in git bisect's words, not as "2.00 verdict"."""
+    return {1.0: "good", 2.0: "bad", 3.0: "skip"}.get(v) if metric == "verdict" else None
+
+
 def duration(seconds: float) -> str:
     """``45s``, ``3m05s``, ``1h02m``: short enough for a progress line."""
     s = int(round(seconds))
@@ -132,7 +138,7 @@ class Progress:
         self._kind(r.campaign)
         v = r.metrics.get(self.metric)
         error = printable(r.error)
-        value = (f"{v:.2f} {self.metric}" if r.ok and v is not None
+        value = (_verdict_word(v, self.metric) or f"{v:.2f} {self.metric}" if r.ok and v is not None
                  else f"{r.status.value}: {error[:120]}" if error else r.status.value)
         what = self.measured(r)
         if self.bar:
@@ -149,7 +155,9 @@ class Progress:
             from rich.markup import escape
             from ..redact import redact_text
             msg = redact_text(msg)
-            (self.bar.console if self.bar else self.err).print(f"[dim]{escape(msg)}[/]", highlight=False)
+            # piped (a log, `2>&1 | grep`): one line per message, however long, never folded
+            (self.bar.console if self.bar else self.err).print(f"[dim]{escape(msg)}[/]", highlight=False,
+                                                               soft_wrap=not self.err.is_terminal)
 
     def stop(self):
         if self.bar:

@@ -60,5 +60,8 @@ def run(ctx: Context, experiment: str | None, good: str | None, bad: str | None,
     res = with_session(ctx, exp, lambda s: attribute(s, good, bad, resume=resume, max_trials=max_trials,
                                                      strategy=strategy or exp.design.strategy,
                                                      repeats=repeats))
+    typed = _options.typed_forms([good, bad], exp.patchset)
+    if typed:
+        res.more["typed"] = typed
     ctx.emit(res, attribution_result)
     return EXIT_INCONCLUSIVE if res.status == "inconclusive" else EXIT_OK

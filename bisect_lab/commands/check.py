@@ -47,7 +47,9 @@ def run(ctx: Context, experiment: str | None, *, arm: str = "all", probe: int = 
         problems.append(f"{', '.join(left)} still hold{'s' if len(left) == 1 else ''} the {FILL_IN} placeholder "
                         f"of `bisect-lab init`: replace it in {exp.path}")
     probe_arm = parse_arm(arm, exp.patchset)
-    arms = ["all", "none"] if exp.patchset and exp.patchset.patches else ["none"]
+    from .run import default_arms
+    # what `run EXPERIMENT` alone measures, the baseline first
+    arms = default_arms([], None, exp.patchset) if exp.patchset and exp.patchset.patches else ["none"]
     hosts = ctx.hosts(exp)
     try:
         out["patches"] = _patches(exp, hosts[0], problems)
@@ -154,15 +156,17 @@ def _duration(seconds: float) -> str:
 
 
 def _show(out: dict) -> None:
-    from rich.console import Console
+    from ._context import console as Console  # wide when piped: no wrapping at 80 columns
     from rich.markup import escape
     c = Console()
     say = lambda text: c.print(escape(text))
     say(f"experiment: {out['experiment']}")
     say(f"patch set: {out['patches']['report']}")
     wr = out["would_run"]
-    say(f"a run would measure {', '.join(wr['arms'])} on {', '.join(wr['hosts'])}: {wr['trials']} trials "
-        f"({wr['repeat']} per arm, {wr['warmup']} warmup), metric {wr['metric']} "
+    named = wr["arms"][0] + " (the baseline)" + "".join(f" and {a}" for a in wr["arms"][1:])
+    say(f"`bisect-lab run` would measure {named} on {', '.join(wr['hosts'])}: {wr['trials']} trials "
+        f"({wr['repeat']} per arm" + (f", after {wr['warmup']} warmup round(s)" if wr["warmup"] else "")
+        + f"), metric {wr['metric']} "
         f"({'higher' if wr['higher_is_better'] else 'lower'} is better)")
     if wr.get("command"):
         say(f"benchmark command: {wr['command']}")

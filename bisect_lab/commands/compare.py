@@ -46,7 +46,8 @@ def compare_results_dir(ctx: Context) -> Path:
     if ctx.results or os.environ.get("BISECT_LAB_RESULTS"):
         return ctx.results_dir()
     d = data_dir() / "results" / "compare"
-    print(f"results: {d} (default of compare; `bisect-lab --results {d} report ID` reads them)", file=sys.stderr)
+    print(f"results: {d} (default of compare, never the current folder; --results to change)", file=sys.stderr)
+    ctx._results_dir = d        # said once: the campaign's own line would call it --results
     return d
 
 
@@ -87,6 +88,8 @@ def run(ctx: Context, commands: list[str], *, repeat: int = 10, warmup: int = 1,
     res = with_session(ctx, exp, lambda s: compare_commands(s, commands, cwd=folder.resolve()))
     if not ctx.json:
         _headline(res.to_dict(), commands)
+        # the arms by the commands they run ("A: python3 old.py"), not as the specs that carry them
+        res.more["labels"] = {a["arm"]: f"{'AB'[k]}: {commands[k]}" for k, a in enumerate(res.arms[:2])}
     ctx.emit(res, run_result)
     return EXIT_OK
 
@@ -94,6 +97,7 @@ def run(ctx: Context, commands: list[str], *, repeat: int = 10, warmup: int = 1,
 def _headline(res: dict, commands: list[str]) -> None:
     """The answer first, in the words of hyperfine: which command is faster, and by how much."""
     from ..redact import redact_text
+    from ..summaries import speed_interval, speed_words
     rows = [c for c in res.get("comparisons") or [] if c.get("ratio") is not None]
     print(f"A: {commands[0]}\nB: {commands[1]}")
     if not rows:
@@ -102,7 +106,6 @@ def _headline(res: dict, commands: list[str]) -> None:
     c = rows[0]
     worse = c["ratio"] - 1.0 if not res.get("higher_is_better") else 1.0 - c["ratio"]
     what = res.get("metric")
-    lo, hi = c["ci_low"] - 1.0, c["ci_high"] - 1.0
     if c.get("verdict") == "same":
         line = f"B and A are the same within {100 * (res.get('min_effect') or 0.02):.0f}% ({what})"
     elif c.get("verdict") == "different":
@@ -113,8 +116,10 @@ def _headline(res: dict, commands: list[str]) -> None:
                     f"B is {'worse' if worse > 0 else 'better'} ({'higher' if res.get('higher_is_better') else 'lower'} "
                     "is better)")
     else:
-        line = f"B vs A: undecided at this noise ({what} ratio {c['ratio']:.3f}); more --repeat would settle it"
-    print(redact_text(f"{line}; B/A ratio 95% CI {lo:+.1%} .. {hi:+.1%}"))
+        line = (f"B vs A: not settled at this noise (B {speed_words(c['ratio'], bool(res.get('higher_is_better')))} "
+                f"so far, {what}); a larger --repeat would settle it")
+    hib = bool(res.get("higher_is_better"))
+    print(redact_text(f"{line}; 95% CI {speed_interval(c['ci_low'], c['ci_high'], hib)}"))
 
 
 def _empty_target(ctx: Context) -> Path:

@@ -12,7 +12,7 @@ def setup_arguments(subparsers):
     lg = subparsers.add_parser("log", help="list campaigns: id, kind, status, answer, trials, when (newest first)")
     lg.add_argument("-n", "--limit", type=_options.positive_int, default=None, metavar="N",
                     help="show only the N newest campaigns")
-    lg.add_argument("--kind", choices=["run", "attribute", "bisect", "sweep", "pytest"], default=None,
+    lg.add_argument("--kind", choices=["run", "attribute", "bisect", "sweep", "pytest", "compare"], default=None,
                     help="only campaigns of this kind")
     _options.add_json(lg, help="print the list as one JSON array")
     lg.set_defaults(func=run_from_args)
@@ -36,11 +36,19 @@ def answer_of(c) -> str:
         return f"{r.get('status', '?')}: {', '.join(culprits)}" if culprits else str(r.get("status", "?"))
     comps = r.get("comparisons") or []
     if comps:
+        from ..summaries import speed_words
+        hib = r.get("higher_is_better", True)
         words = []
         for cmp in comps[:3]:
-            ratio = cmp.get("ratio")          # b's metric over a's
-            pct = f" {ratio - 1:+.1%}" if isinstance(ratio, (int, float)) else ""
-            words.append(f"{cmp.get('b', '?')} vs {cmp.get('a', '?')}{pct} ({cmp.get('verdict', '?')})")
+            # as `run` says it ("all is 23.6% slower than none"), not a signed ratio beside "different"
+            a, b, verdict = cmp.get("a", "?"), cmp.get("b", "?"), cmp.get("verdict")
+            change = speed_words(cmp.get("ratio"), hib)      # the ratio is b's metric over a's
+            if verdict == "different" and change != "-":
+                words.append(f"{b} is {change} than {a}")
+            elif verdict == "same":
+                words.append(f"{b} performs like {a}")
+            else:
+                words.append(f"{b} vs {a}: not settled" + (f" ({change} so far)" if change != "-" else ""))
         return "; ".join(words) + (f"; {len(comps) - 3} more" if len(comps) > 3 else "")
     return str(r.get("status") or "-")
 

@@ -10,8 +10,11 @@ def setup_arguments(subparsers):
     pa = subparsers.add_parser("patches", help="list / check / capture patch sets")
     # the actions' parsers are of the parent's class (argparse's default): one-line usage errors
     psub = pa.add_subparsers(dest="action", required=True, parser_class=type(pa))
-    pl = psub.add_parser("list", help="patches of an experiment's patch set")
-    _options.add_experiment(pl)
+    pl = psub.add_parser("list", help="patches of an experiment's patch set (or of a patch-set folder)")
+    pl.add_argument("experiment", nargs="?", default=None,
+                    help="experiment TOML file, or a patch-set folder such as `patches capture` writes "
+                         "(default: the bundled demo)")
+    _options.add_experiment(pl, experiment=False)
     pc = psub.add_parser("check", help="does each patch apply, alone and together; which pairs conflict")
     _options.add_experiment(pc)
     pcap = psub.add_parser("capture", help="turn a checkout's uncommitted changes (or a range) into a patch set")
@@ -37,7 +40,7 @@ def run_from_args(args) -> int:
 def capture(ctx: Context, repo: str, out: str, *, split: list[str] = (), range: str | None = None) -> int:
     """Write the checkout ``repo``'s uncommitted changes (or commits ``range``) as a patch set
     in ``out``; ``repo`` is never modified."""
-    from rich.console import Console
+    from ._context import console as Console  # wide when piped: no wrapping at 80 columns
     from rich.markup import escape
     from ..capture import capture as capture_patchset
     from ..patchset import load_patchset
@@ -53,6 +56,15 @@ def capture(ctx: Context, repo: str, out: str, *, split: list[str] = (), range: 
 def run(ctx: Context, action: str, experiment: str | None) -> int:
     """``list`` the patches of ``experiment``'s patch set, or ``check`` that they apply
     (exit 2 naming the first problem when one does not)."""
+    from pathlib import Path
+    if experiment and Path(experiment).is_dir():
+        # the folder `patches capture` just wrote: its list needs no experiment, its check does
+        if action == "list" and (Path(experiment) / "patchset.toml").is_file():
+            from ..patchset import load_patchset
+            return _list(ctx, load_patchset(experiment))
+        raise UsageError(f"{experiment} is a folder: patches {action} takes an experiment file"
+                         + (" (it names the repository and ref the patches apply to)" if action == "check"
+                            else " or a patch-set folder holding patchset.toml"))
     exp = experiment_or_demo(experiment)
     ps = exp.patchset
     if ps is None:
@@ -63,7 +75,7 @@ def run(ctx: Context, action: str, experiment: str | None) -> int:
 
 
 def _list(ctx: Context, ps) -> int:
-    from rich.console import Console
+    from ._context import console as Console  # wide when piped: no wrapping at 80 columns
     from rich.markup import escape
     from rich.table import Table
     if ctx.json:
@@ -83,7 +95,7 @@ def _list(ctx: Context, ps) -> int:
 
 
 def _check(ctx: Context, exp, ps) -> int:
-    from rich.console import Console
+    from ._context import console as Console  # wide when piped: no wrapping at 80 columns
     from rich.markup import escape
     from ..trees import check_patchset
     hosts = ctx.hosts(exp)

@@ -53,7 +53,6 @@ def run(ctx: Context, experiment: str | None, arms: list[str], *, repeat: int | 
     and which baseline). With ``resume``, no ``experiment``, no arms or no seed are the campaign's
     own (its first arm is its baseline).
     """
-    from ..arms import parse_arm
     from ..campaigns import run_arms
     from ..render import run_result
     exp, resume, stored = resume_point(ctx, "run", experiment, resume, read_back=not arms or seed is None)
@@ -63,22 +62,10 @@ def run(ctx: Context, experiment: str | None, arms: list[str], *, repeat: int | 
         if baseline is None:
             baseline = arms[0]
     arms = default_arms(arms, baseline, exp.patchset)
-    # what the user typed, beside the canonical spec it became (`only a,b` reads as `all-minus c,d`)
-    typed = {}
-    for a in arms:
-        spec = parse_arm(a, exp.patchset).spec
-        if _words(a) != _words(spec):         # not a mere difference of quoting
-            typed.setdefault(spec, " ".join(a.split()))
+    typed = _options.typed_forms(arms, exp.patchset)
     res = with_session(ctx, exp, lambda s: run_arms(s, arms, repeat=repeat, resume=resume, baseline=arms[0]))
     if typed:
         res.more["typed"] = typed
     ctx.emit(res, run_result)
     return EXIT_OK
 
-
-def _words(spec: str) -> list[str]:
-    import shlex
-    try:
-        return shlex.split(spec)
-    except ValueError:
-        return spec.split()

@@ -43,7 +43,7 @@ def run(ctx: Context, sweep: str, *, bisect_on_regression: bool = False) -> int:
     if ctx.json:
         print(to_json(res.to_dict()))
     else:
-        from rich.console import Console
+        from ._context import console as Console  # wide when piped: no wrapping at 80 columns
         render_sweep(res.to_dict(), Console())
         if res.report:
             print(f"report: {res.report}")

@@ -24,5 +24,13 @@ def run(ctx: Context, verdict: str, campaign: str | None = None) -> int:
     commit to judge, or the answer."""
     from ..campaigns.manual_bisect import manual_verdict
     from .bisect_script import show_step
-    exp, cid, _ = resume_point(ctx, "bisect", None, campaign or True, read_back=True)
+    from ..errors import UsageError
+    try:
+        exp, cid, _ = resume_point(ctx, "bisect", None, campaign or True, read_back=True)
+    except UsageError as e:
+        # "nothing to resume" speaks of resuming: a verdict is given to a waiting manual bisection
+        if campaign or not str(e).startswith("nothing to resume"):
+            raise
+        raise UsageError(f"verdict: no manual bisection is waiting for a verdict in {ctx.results_dir()} (it has its "
+                         "answer, or none was started: bisect-lab bisect EXP --good REF --bad REF --manual)") from None
     return show_step(ctx, with_session(ctx, exp, lambda s: manual_verdict(s, cid, verdict)))

@@ -16,13 +16,19 @@ __all__ = ["attribution_report"]
 def _answer(c: Campaign, res: AttributionResult, status: str, good, bad, min_effect: float) -> tuple[str, str]:
     """The one-sentence answer and its colour, from the result's ``status``, ``culprits``,
     ``regression``, ``confidence``, ``candidates`` and ``plan``."""
+    from ..summaries import speed_interval, speed_words
     reg = res.regression or {}
-    regtxt = (f"`{bad}` is {pct(reg.get('ratio'))} vs `{good}` ({pct(reg.get('ci_low'))} .. {pct(reg.get('ci_high'))})"
+    hib = higher_is_better_of(c)
+    # in words ("`all` is 34.3% slower than `none`", "97% sure"); the signed ratios and the
+    # posterior stay in the detail sections
+    regtxt = (f"`{bad}` is {speed_words(reg.get('ratio'), hib)} than `{good}` "
+              f"(95% CI {speed_interval(reg.get('ci_low'), reg.get('ci_high'), hib)})"
               if isinstance(reg, dict) and reg.get("ratio") is not None else "")
     if status == "culprits":
         conf = res.confidence
         return (f"The regression is explained by **{', '.join(res.culprits)}**"
-                + (f" (posterior {conf:.2f})" if isinstance(conf, (int, float)) and math.isfinite(conf) else "")
+                + (f" ({'>99%' if conf >= 0.995 else f'{conf:.0%}'} sure)"
+                   if isinstance(conf, (int, float)) and math.isfinite(conf) else "")
                 + (f". {regtxt}." if regtxt else ".")), "bad"
     if status == "no-regression":
         return f"No regression: `{bad}` performs like `{good}`" + (f" ({regtxt})" if regtxt else "") + ".", "good"

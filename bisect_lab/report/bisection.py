@@ -23,6 +23,19 @@ def _effect_text(res: BisectResult) -> str:
     return f"{pct(ratio)} ({pct(lo)} .. {pct(hi)})" if isinstance(ratio, (int, float)) else ""
 
 
+def _effect_words(res: BisectResult, old: str, new: str, hib: bool) -> str:
+    """``slow is 123.9% slower than fast (95% CI 109.1% .. 139.7% slower)``; "" without an effect."""
+    from ..summaries import speed_interval, speed_words
+    eff = res.effect
+    if isinstance(eff, dict):
+        ratio, lo, hi = eff.get("ratio"), eff.get("ci_low"), eff.get("ci_high")
+    else:                             # stored by earlier versions: the ratio itself, with effect_ci
+        ratio, (lo, hi) = eff, (res.effect_ci or [None, None])
+    if not isinstance(ratio, (int, float)):
+        return ""
+    return f"{new} is {speed_words(ratio, hib)} than {old} (95% CI {speed_interval(lo, hi, hib)})"
+
+
 def terms_of(c: Campaign) -> tuple[str, str, str]:
     """``(old, new, change)``: the campaign's names for its two sides and what it looked for
     (``bisect --look-for`` / ``--term-old`` / ``--term-new``; good, bad, regression by default)."""
@@ -46,9 +59,13 @@ def _answer(c: Campaign, res: BisectResult, status: str, good, bad) -> tuple[str
     info = res.commit_info if isinstance(res.commit_info, dict) else {}
     if status == "culprit" and res.commit:
         mass = res.mass if res.mass is not None else res.posterior
+        # a performance engineer's words first ("96% sure", "N% slower"); the posterior and the
+        # signed ratios stay in the detail sections below
+        sure = (">99%" if mass >= 0.995 else f"{mass:.0%}") if isinstance(mass, (int, float)) else None
+        words = _effect_words(res, old, new, higher_is_better_of(c))
         return (f"First {new} commit: **`{res.commit[:12]}`** {info.get('subject') or ''}"
-                + (f", posterior {mass:.2f}" if isinstance(mass, (int, float)) else "")
-                + (f"; its effect: {efftxt}" if efftxt else "")
+                + (f" ({sure} sure)" if sure else "")
+                + (f"; {words}" if words else "")
                 + (f". Not confirmed: the {new}-vs-{old} interval includes no change" if _unconfirmed(res) else "")
                 + "."), "bad"
     if status == "gradual":

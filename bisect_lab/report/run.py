@@ -42,6 +42,7 @@ def computed_comparisons(blocks, arms, min_effect, alpha) -> list[list[dict]]:
 def comparison_blocks(blocks: list[tuple[str, bool, list[dict]]], min_effect: float) -> list[tuple[Table | None, list[str]]]:
     """A table and sentences per metric from comparison rows (stored or computed): ``blocks`` is
     (metric, hib, rows), the primary metric first. Every verdict is the row's own."""
+    from ..summaries import speed_interval, speed_words
     family = sum(1 for _, _, rows in blocks for r in rows if r.get("p_value") is not None)
     hosts = {r.get("host") for _, _, rows in blocks for r in rows if r.get("host")}
     out = []
@@ -56,25 +57,26 @@ def comparison_blocks(blocks: list[tuple[str, bool, list[dict]]], min_effect: fl
                 cells.append(first + ["-", "-", "-", "-", "not enough successful trials"])
                 continue
             ratio, lo, hi, p = r["ratio"], r.get("ci_low"), r.get("ci_high"), r.get("p_value")
+            # the sentences in a performance engineer's words ("24.0% slower", its interval in the
+            # same words); the signed ratios and p-values stay in the table
+            words, interval = speed_words(ratio, hib), speed_interval(lo, hi, hib)
             if r.get("unadjusted_verdict"):
                 verdict = f"unknown: significant alone, not after Holm's correction over {family} comparisons"
-                sentences.append(f"`{b}` vs `{a}`{on}{where}: {pct(ratio)} ({pct(lo)} .. {pct(hi)}), "
+                sentences.append(f"`{b}` vs `{a}`{on}{where}: {words} (95% CI {interval}), "
                                  f"not significant once the {family} comparisons are corrected for (Holm).")
             elif r.get("regression"):
                 verdict = "**worse** (significant)"
-                sentences.append(f"`{b}` is **{abs(ratio - 1) * 100:.1f}% {'lower' if hib else 'higher'}**{on}{where} "
-                                 f"than `{a}` ({pct(lo)} .. {pct(hi)}, p={num(p, '{:.2g}')}): a regression.")
+                sentences.append(f"`{b}` is **{words}**{on}{where} than `{a}` (95% CI {interval}): a regression.")
             elif r.get("verdict") == "different":
                 verdict = "better (significant)"
-                sentences.append(f"`{b}` is {abs(ratio - 1) * 100:.1f}% better{on}{where} than `{a}` "
-                                 f"({pct(lo)} .. {pct(hi)}).")
+                sentences.append(f"`{b}` is {words}{on}{where} than `{a}` (95% CI {interval}).")
             elif r.get("verdict") == "same":
                 verdict = f"same (within ±{min_effect * 100:g}%)"
                 sentences.append(f"`{b}` and `{a}` perform the same{on}{where} within ±{min_effect * 100:g}%.")
             else:
                 verdict = "unknown: more trials needed"
-                sentences.append(f"`{b}` vs `{a}`{on}{where}: {pct(ratio)}, but the interval {pct(lo)} .. "
-                                 f"{pct(hi)} is too wide to decide.")
+                sentences.append(f"`{b}` vs `{a}`{on}{where}: not settled, {words} so far; the interval "
+                                 f"({interval}) is too wide to decide.")
             cells.append(first + [pct(ratio), f"{pct(lo)} .. {pct(hi)}", num(p, "{:.2g}"),
                                   num(r.get("p_adjusted", p), "{:.2g}"), verdict])
         table = None if not cells else Table(
