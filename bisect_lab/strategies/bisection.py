@@ -152,6 +152,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self._recheck: int | None = None         # position the final check wants measured again
         self._check_models = True                # off in the sub-bisections of "several"
         self._probe: int | None = None           # position the model check wants measured next
+        self._probe_more: list[int] = []         # ... and the further ones of its batch (several hosts)
         self._extra = 0                          # trials spent on the model check
         self._last_check_t = 0
         self._check: dict | None = None
@@ -204,7 +205,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             new = self._ask_child(free)
         elif self._probe is not None:
             new = [] if self._probe in self._outstanding else [self._probe]
-            self._probe = None
+            new += self._probe_more[:max(0, free - len(new))]
+            self._probe, self._probe_more = None, []
             if not new:
                 return list(self._outstanding)
         else:
@@ -265,8 +267,20 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
     def _deblock(self) -> None:
         """Refit the host offsets on every reading and correct every stored one (``blocks``)."""
         from .blocks import host_offsets
-        off = host_offsets(self._obs_pos, self._obs_blk, self._obs_log)
+        off = host_offsets(self._block_arms(), self._obs_blk, self._obs_log)
         self._obs_u[:] = [self._sign * (v - off.get(b, 0.0)) for v, b in zip(self._obs_log, self._obs_blk)]
+
+    def _block_arms(self) -> list:
+        """What each reading is of, for the host-offset fit: its side ('good' / 'bad') where the
+        posterior is sure of it (the endpoints always), else its position. A position read on one
+        host alone then still tells that host's level (it sits on a side whose level the other
+        hosts read too), so the offsets rest on every sure reading, not on the endpoints alone."""
+        if self._post is None or float(self._post.sum()) <= 0:
+            return list(self._obs_pos)
+        w = np.cumsum(self._post) / float(self._post.sum())        # P(position reads bad)
+        last = self.n - 1
+        return ["good" if p == 0 or (p < last and w[p] <= 1 - SKEW_SURE) else
+                "bad" if p == last or w[p] >= SKEW_SURE else p for p in self._obs_pos]
 
     def host_warnings(self) -> list[str]:
         """The hosts whose level clearly differs from the first one's (``blocks.level_warnings``)."""
@@ -282,7 +296,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
     def _out_of_budget(self) -> None:
         """The budget is spent: answer from the data at hand (no more probes or sub-bisections)."""
         self._no_more = True
-        self._probe = None
+        self._probe, self._probe_more = None, []
         if self._phase == "steps":
             if self._child is not None:
                 child, self._child = self._child, None

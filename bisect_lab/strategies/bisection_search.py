@@ -19,6 +19,13 @@ from .bisection_noise import _noise_logpdf
 REMEASURE_EVERY = 12
 # A speculative batch member must add at least this share of the best single test's information.
 SPECULATE_MIN_GAIN = 0.2
+# Several hosts: a batch grows by one position only while that adds at least this share of the
+# information of the best single reading (the joint optimum of each size is compared).
+PARALLEL_MIN_GAIN = 0.3
+# Several hosts: once one position holds this posterior mass, it and its predecessor are read side by
+# side until each has END_READS readings (what the final check needs to pass).
+END_MASS = 0.25
+END_READS = 2
 # When the final check fails but no position carries this much expected information (nats) under
 # the model (a huge step, very unequal noise), the fragile position is simply measured again.
 RECHECK_MI = 1e-3
@@ -100,6 +107,8 @@ class NextPosition:
             near = idx[np.argsort(np.abs(F[idx] - 0.5), kind="stable")[:16]]
             mi[near] = self._mi(F[near])
         busy = [p for p in self._outstanding + new if p not in (0, self.n - 1)]
+        if self.parallel > 1:
+            return new + self._parallel_batch(F, testable, busy, free - len(new), float(mi.max()))
         if not busy:
             best = int(np.argmax(mi))  # first maximum: deterministic tie-break
             if mi[best] < 0:
@@ -139,6 +148,86 @@ class NextPosition:
         if not out and not busy:
             out.append(cand[0])
         return out
+
+    def _parallel_batch(self, F, testable, busy, slots, best_single) -> list[int]:
+        """The batch for several hosts: the end game when one position is likely, otherwise the
+        batch size and positions that maximise the joint information, cut where one more
+        position adds too little (an idle host costs no trial; a near-useless reading does)."""
+        if slots <= 0:
+            return []
+        post = self._post
+        top = int(np.argmax(post))
+        out: list[int] = []
+        if post[top] >= END_MASS:
+            out = self._end_game(top, busy, slots)
+            if post[top] >= self.confidence or len(out) >= slots:
+                # Only the final check is open: nothing else is worth a trial.
+                return out or ([top] if not busy and testable[top] else [])
+        eg, eb = self._channel_errors()
+        cand = self._candidates(F, testable, busy + out, top)
+        if not cand:
+            return out or ([] if busy else [0])
+        fixed = list(busy) + out
+        base = _joint_mi(F, fixed, eg, eb) if fixed else 0.0
+        batch: list[int] = []
+        best = base
+        single = None
+        for size in range(1, slots - len(out) + 1):
+            trial = _best_batch(F, fixed, batch, cand, eg, eb)
+            j = _joint_mi(F, fixed + trial, eg, eb)
+            if single is None:
+                single = max(j - base, 1e-12)
+            elif j - best < PARALLEL_MIN_GAIN * single:
+                break
+            batch, best = trial, j
+        if not batch and not out and not busy:
+            batch = [cand[0]]
+        return out + batch
+
+    def _end_game(self, top: int, busy: list[int], slots: int) -> list[int]:
+        """A likely culprit ``top``: its readings and its predecessor's are what the final check
+        leans on (each must survive losing any one reading), so both are read side by side, on
+        different hosts, until each has END_READS readings (one more each when the check failed)."""
+        pair = [p for p in (top, top - 1) if p not in self._untestable and 0 <= p < self.n]
+        pos = np.asarray(self._obs_pos, dtype=np.int64)
+        reads = {p: int(np.sum(pos == p)) + busy.count(p) for p in pair}
+        want = {p: max(END_READS, reads[p] + (1 if self._recheck is not None else 0)) for p in pair}
+        out: list[int] = []
+        while len(out) < slots:
+            short = [p for p in pair if reads[p] < want[p]]
+            if not short:
+                break
+            # ABBA over the hosts: the culprit and its predecessor alternate which host reads first
+            p = min(short, key=lambda q: (reads[q] - want[q], (len(out) // 2 + pair.index(q)) % 2))
+            out.append(p)
+            reads[p] += 1
+        return out
+
+    def _candidates(self, F, testable, busy, top) -> list[int]:
+        """Positions worth scoring: posterior quantiles, the likely culprit's neighbours, the busy ones."""
+        levels = np.linspace(0.0, 1.0, 66)[1:-1]
+        cand = set(int(x) for x in np.searchsorted(F, levels, side="left"))
+        cand |= set(busy) | set(range(top - 2, top + 2))
+        return sorted(p for p in cand if 0 < p < self.n - 1 and testable[p])
+
+
+def _best_batch(F, fixed, prev, cand, eg, eb) -> list[int]:
+    """A batch one larger than ``prev``: the greedy best addition, then coordinate ascent (each
+    member moved to its best candidate while the joint information grows)."""
+    gains = [(_joint_mi(F, fixed + prev + [p], eg, eb), -p) for p in cand]
+    batch = list(prev) + [-max(gains)[1]]
+    cur = _joint_mi(F, fixed + batch, eg, eb)
+    for _ in range(2):
+        moved = False
+        for k in range(len(batch)):
+            rest = batch[:k] + batch[k + 1:]
+            j, negp = max((_joint_mi(F, fixed + rest + [p], eg, eb), -p) for p in cand)
+            if j > cur + 1e-9:
+                batch, cur, moved = rest[:k] + [-negp] + rest[k:], j, True
+        if not moved:
+            break
+    return batch
+
 
 def _joint_mi(F: np.ndarray, positions: list[int], eg: float, eb: float) -> float:
     """I(c; readings) for binary readings at ``positions`` (repeats allowed) on a binary channel.
