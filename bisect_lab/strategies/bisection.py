@@ -274,13 +274,19 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         """What each reading is of, for the host-offset fit: its side ('good' / 'bad') where the
         posterior is sure of it (the endpoints always), else its position. A position read on one
         host alone then still tells that host's level (it sits on a side whose level the other
-        hosts read too), so the offsets rest on every sure reading, not on the endpoints alone."""
+        hosts read too), so the offsets rest on every sure reading, not on the endpoints alone.
+        Only on the hosts whose level the shared positions already tie to the first host's: a host
+        tied by sure readings alone would fit its offset to them (a wrong side then reinforces
+        itself), so its readings keep their positions, as before."""
         if self._post is None or float(self._post.sum()) <= 0:
             return list(self._obs_pos)
         w = np.cumsum(self._post) / float(self._post.sum())        # P(position reads bad)
         last = self.n - 1
-        return ["good" if p == 0 or (p < last and w[p] <= 1 - SKEW_SURE) else
-                "bad" if p == last or w[p] >= SKEW_SURE else p for p in self._obs_pos]
+        tied = _tied_hosts(self._obs_pos, self._obs_blk)
+        return [p if b not in tied else
+                "good" if p == 0 or (p < last and w[p] <= 1 - SKEW_SURE) else
+                "bad" if p == last or w[p] >= SKEW_SURE else p
+                for p, b in zip(self._obs_pos, self._obs_blk)]
 
     def host_warnings(self) -> list[str]:
         """The hosts whose level clearly differs from the first one's (``blocks.level_warnings``)."""
@@ -308,6 +314,22 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             self._model_check(final=True)
         if not self.done:
             self._finish("inconclusive", reason="budget")
+
+
+def _tied_hosts(positions: list[int], blocks: list) -> set:
+    """The hosts linked to the first one through positions both read (directly or via others)."""
+    reads: dict = {}
+    for p, b in zip(positions, blocks):
+        reads.setdefault(b, set()).add(p)
+    first = blocks[0]
+    tied, frontier = {first}, [first]
+    while frontier:
+        seen = reads[frontier.pop()]
+        for b, ps in reads.items():
+            if b not in tied and ps & seen:
+                tied.add(b)
+                frontier.append(b)
+    return tied
 
 
 # --------------------------------------------------------------------------- library entry

@@ -187,11 +187,11 @@ class NextPosition:
     def _end_game(self, top: int, busy: list[int], slots: int) -> list[int]:
         """A likely culprit ``top``: its readings and its predecessor's are what the final check
         leans on (each must survive losing any one reading), so both are read side by side, on
-        different hosts, until each has END_READS readings (one more each when the check failed)."""
+        different hosts, until each has END_READS readings (and the one the check found fragile, one more)."""
         pair = [p for p in (top, top - 1) if p not in self._untestable and 0 <= p < self.n]
         pos = np.asarray(self._obs_pos, dtype=np.int64)
         reads = {p: int(np.sum(pos == p)) + busy.count(p) for p in pair}
-        want = {p: max(END_READS, reads[p] + (1 if self._recheck is not None else 0)) for p in pair}
+        want = {p: max(END_READS, reads[p] + (p == self._recheck)) for p in pair}
         out: list[int] = []
         while len(out) < slots:
             short = [p for p in pair if reads[p] < want[p]]
