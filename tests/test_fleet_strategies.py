@@ -95,22 +95,31 @@ def test_with_a_culprit_and_a_host_offset_the_culprit_and_its_effect_are_right()
 
 
 def test_bisection_blocks_by_host():
-    rng = np.random.default_rng(4)
-    n, step = 200, 77
-    s = BisectionStrategy(n, seed=4, max_trials=200, min_effect=0.05, parallel=2, hosts=2)
-    first = s.ask()
-    assert sorted(first) == [0, n - 1]
-    while not s.done:
-        batch = s.ask()
-        for i, pos in enumerate(batch or first):
-            v = 1000.0 * (0.9 if pos >= step else 1.0) * (0.96 if i % 2 else 1.0)
-            s.tell(pos, v * math.exp(rng.normal(0, 0.02)), block=f"h{i % 2}")
-        first = []
-    v = s.verdict()
-    assert v.status == "culprit" and v.index == step
-    lines = s.host_warnings()
-    assert len(lines) == 1 and "host h1 measures" in lines[0], lines
-    assert abs(float(re.search(r"measures ([-+0-9.]+)%", lines[0]).group(1)) + 4.0) < 1.5, lines     # from the endpoints, at 2% noise
+    # A 4% host level at 2% noise, over eight seeds: every answer right, and the level named at
+    # about -4% in at least seven (a search of ~18 readings leaves a host level's estimate about
+    # 1 point of standard error; one seed in eight stays under the two-standard-error line).
+    named = 0
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        n, step = 200, 77
+        s = BisectionStrategy(n, seed=seed, max_trials=200, min_effect=0.05, parallel=2, hosts=2)
+        first = s.ask()
+        assert sorted(first) == [0, n - 1]
+        while not s.done:
+            batch = s.ask()
+            for i, pos in enumerate(batch or first):
+                v = 1000.0 * (0.9 if pos >= step else 1.0) * (0.96 if i % 2 else 1.0)
+                s.tell(pos, v * math.exp(rng.normal(0, 0.02)), block=f"h{i % 2}")
+            first = []
+        v = s.verdict()
+        assert v.status == "culprit" and v.index == step, (seed, v.status, v.index)
+        lines = s.host_warnings()
+        assert len(lines) <= 1, lines
+        if lines:
+            assert "host h1 measures" in lines[0], lines
+            assert abs(float(re.search(r"measures ([-+0-9.]+)%", lines[0]).group(1)) + 4.0) < 2.0, (seed, lines)
+            named += 1
+    assert named >= 7, named
 
 
 def _bisect_rounds(nodes, seed, n=1000, offset=0.03):

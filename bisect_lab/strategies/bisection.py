@@ -289,9 +289,10 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
                 for p, b in zip(self._obs_pos, self._obs_blk)]
 
     def host_warnings(self) -> list[str]:
-        """The hosts whose level clearly differs from the first one's (``blocks.level_warnings``)."""
+        """The hosts whose level clearly differs from the first one's (``blocks.level_warnings``),
+        fitted as the offsets taken out are (on the posterior's sure sides, ``_block_arms``)."""
         from .blocks import level_warnings
-        return level_warnings(self._obs_pos, self._obs_blk, [math.exp(v) for v in self._obs_log])
+        return level_warnings(self._block_arms(), self._obs_blk, [math.exp(v) for v in self._obs_log])
 
     def verdict(self) -> BisectVerdict:
         """The verdict; before ``done`` a provisional ``inconclusive`` one describing the state."""
