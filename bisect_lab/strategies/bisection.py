@@ -22,9 +22,10 @@ Method, in the order it runs (docs/bisection.md has the figures):
 3. **Next position.** The one with the largest expected information (mutual information between
    its next measurement and ``c``), from the fitted noise model. A position whose measurement was
    ambiguous keeps the highest information and is simply chosen again: repeats are adaptive, not
-   fixed. With ``parallel=k`` the batch is completed greedily by joint information (a
-   binary-channel approximation), adding speculative positions only while each adds at least a
-   fifth of what the best single one would.
+   fixed. With ``parallel=k`` each batch size gets the positions of the largest joint information
+   (a binary-channel approximation), and the batch grows only while one more position adds at
+   least ``PARALLEL_MIN_GAIN`` of what the best single one would; a likely culprit and its
+   predecessor are read side by side (the end game).
 4. **Endpoints again.** Every ``REMEASURE_EVERY`` trials an endpoint is re-measured (drift guard;
    the levels are also the main remaining uncertainty), and whenever the best split is next to an
    endpoint.
@@ -77,7 +78,8 @@ from .bisection_noise import (NULL_PRIOR, OUT_EPS, OUT_K, SKEW_MAX, SKEW_PRIOR_S
                               SKEW_SURE, STALL_MADS)
 from .bisection_posterior import (DRIFT_PRIOR_SD, EM_ITERS, LOO_MASS, SCALE_PRIOR_N,  # noqa: F401
                                   SEPARATE_P)
-from .bisection_search import RECHECK_MI, REMEASURE_EVERY, SPECULATE_MIN_GAIN  # noqa: F401
+from .bisection_search import (END_MASS, END_READS, PARALLEL_MIN_GAIN, RECHECK_MI,  # noqa: F401
+                               REMEASURE_EVERY)
 
 __all__ = ["BisectVerdict", "BisectionStrategy", "bisect_sequence"]
 

@@ -17,8 +17,6 @@ from .bisection_noise import _noise_logpdf
 # are what the posterior is least sure of: in simulation every 12 trials beat every 30 (and never)
 # on accuracy, mean and p95 trials at once.
 REMEASURE_EVERY = 12
-# A speculative batch member must add at least this share of the best single test's information.
-SPECULATE_MIN_GAIN = 0.2
 # Several hosts: a batch grows by one position only while that adds at least this share of the
 # information of the best single reading (the joint optimum of each size is compared).
 PARALLEL_MIN_GAIN = 0.3
@@ -99,6 +97,9 @@ class NextPosition:
                 new.append(end)
         if len(new) >= free:
             return new
+        if self.parallel > 1:
+            busy = [p for p in self._outstanding + new if p not in (0, self.n - 1)]
+            return new + self._parallel_batch(F, testable, busy, free - len(new))
         # Information is a unimodal function of q = P(bad) (peak near 0.5, shifted when the two
         # sides have different noise), so only the testable positions nearest 0.5 need scoring.
         mi = np.full(self.n, -1.0)
@@ -106,10 +107,7 @@ class NextPosition:
         if idx.size:
             near = idx[np.argsort(np.abs(F[idx] - 0.5), kind="stable")[:16]]
             mi[near] = self._mi(F[near])
-        busy = [p for p in self._outstanding + new if p not in (0, self.n - 1)]
-        if self.parallel > 1:
-            return new + self._parallel_batch(F, testable, busy, free - len(new), float(mi.max()))
-        if not busy:
+        if not new:
             best = int(np.argmax(mi))  # first maximum: deterministic tie-break
             if mi[best] < 0:
                 # Nothing testable is left inside (0, n-1): re-measure an endpoint rather than stall.
@@ -118,38 +116,9 @@ class NextPosition:
                 # The final check wants a second reading that the model deems uninformative.
                 best = self._recheck
             new.append(best)
-            busy.append(best)
-            if len(new) >= free:
-                return new
-        return new + self._speculate(F, testable, busy, free - len(new), float(mi.max()))
+        return new
 
-    def _speculate(self, F, testable, busy, slots, best_single) -> list[int]:
-        """Greedy batch completion by joint information under a binary-channel approximation."""
-        eg, eb = self._channel_errors()
-        # Candidates: positions at posterior quantiles plus the busy ones (repeats are allowed).
-        levels = np.linspace(0.0, 1.0, 66)[1:-1]
-        cand = set(int(x) for x in np.searchsorted(F, levels, side="left"))
-        cand |= set(busy)
-        cand = sorted(p for p in cand if 0 < p < self.n - 1 and testable[p])
-        if not cand:
-            return [] if busy else [0]
-        chosen = list(busy)
-        base = _joint_mi(F, chosen, eg, eb)
-        single = _joint_mi(F, [int(np.argmax(np.where(testable, -np.abs(F - 0.5), -9)))], eg, eb)
-        out: list[int] = []
-        for _ in range(slots):
-            gains = [(_joint_mi(F, chosen + [p], eg, eb) - base, -p) for p in cand]
-            g, negp = max(gains)
-            if g < SPECULATE_MIN_GAIN * max(single, 1e-12) and (out or busy):
-                break
-            chosen.append(-negp)
-            out.append(-negp)
-            base += g
-        if not out and not busy:
-            out.append(cand[0])
-        return out
-
-    def _parallel_batch(self, F, testable, busy, slots, best_single) -> list[int]:
+    def _parallel_batch(self, F, testable, busy, slots) -> list[int]:
         """The batch for several hosts: the end game when one position is likely, otherwise the
         batch size and positions that maximise the joint information, cut where one more
         position adds too little (an idle host costs no trial; a near-useless reading does)."""
