@@ -22,9 +22,10 @@ Method, in the order it runs (docs/bisection.md has the figures):
 3. **Next position.** The one with the largest expected information (mutual information between
    its next measurement and ``c``), from the fitted noise model. A position whose measurement was
    ambiguous keeps the highest information and is simply chosen again: repeats are adaptive, not
-   fixed. With ``parallel=k`` the batch is completed greedily by joint information (a
-   binary-channel approximation), adding speculative positions only while each adds at least a
-   fifth of what the best single one would.
+   fixed. With ``parallel=k`` each batch size gets the positions of the largest joint information
+   (a binary-channel approximation), and the batch grows only while one more position adds at
+   least ``PARALLEL_MIN_GAIN`` of what the best single one would; a likely culprit and its
+   predecessor are read side by side (the end game).
 4. **Endpoints again.** Every ``REMEASURE_EVERY`` trials an endpoint is re-measured (drift guard;
    the levels are also the main remaining uncertainty), and whenever the best split is next to an
    endpoint.
@@ -77,7 +78,8 @@ from .bisection_noise import (NULL_PRIOR, OUT_EPS, OUT_K, SKEW_MAX, SKEW_PRIOR_S
                               SKEW_SURE, STALL_MADS)
 from .bisection_posterior import (DRIFT_PRIOR_SD, EM_ITERS, LOO_MASS, SCALE_PRIOR_N,  # noqa: F401
                                   SEPARATE_P)
-from .bisection_search import RECHECK_MI, REMEASURE_EVERY, SPECULATE_MIN_GAIN  # noqa: F401
+from .bisection_search import (END_MASS, END_READS, PARALLEL_MIN_GAIN, RECHECK_MI,  # noqa: F401
+                               REMEASURE_EVERY)
 
 __all__ = ["BisectVerdict", "BisectionStrategy", "bisect_sequence"]
 
@@ -152,6 +154,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self._recheck: int | None = None         # position the final check wants measured again
         self._check_models = True                # off in the sub-bisections of "several"
         self._probe: int | None = None           # position the model check wants measured next
+        self._probe_more: list[int] = []         # ... and the further ones of its batch (several hosts)
         self._extra = 0                          # trials spent on the model check
         self._last_check_t = 0
         self._check: dict | None = None
@@ -204,7 +207,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             new = self._ask_child(free)
         elif self._probe is not None:
             new = [] if self._probe in self._outstanding else [self._probe]
-            self._probe = None
+            new += self._probe_more[:max(0, free - len(new))]
+            self._probe, self._probe_more = None, []
             if not new:
                 return list(self._outstanding)
         else:
@@ -265,13 +269,32 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
     def _deblock(self) -> None:
         """Refit the host offsets on every reading and correct every stored one (``blocks``)."""
         from .blocks import host_offsets
-        off = host_offsets(self._obs_pos, self._obs_blk, self._obs_log)
+        off = host_offsets(self._block_arms(), self._obs_blk, self._obs_log)
         self._obs_u[:] = [self._sign * (v - off.get(b, 0.0)) for v, b in zip(self._obs_log, self._obs_blk)]
 
+    def _block_arms(self) -> list:
+        """What each reading is of, for the host-offset fit: its side ('good' / 'bad') where the
+        posterior is sure of it (the endpoints always), else its position. A position read on one
+        host alone then still tells that host's level (it sits on a side whose level the other
+        hosts read too), so the offsets rest on every sure reading, not on the endpoints alone.
+        Only on the hosts whose level the shared positions already tie to the first host's: a host
+        tied by sure readings alone would fit its offset to them (a wrong side then reinforces
+        itself), so its readings keep their positions, as before."""
+        if self._post is None or float(self._post.sum()) <= 0:
+            return list(self._obs_pos)
+        w = np.cumsum(self._post) / float(self._post.sum())        # P(position reads bad)
+        last = self.n - 1
+        tied = _tied_hosts(self._obs_pos, self._obs_blk)
+        return [p if b not in tied else
+                "good" if p == 0 or (p < last and w[p] <= 1 - SKEW_SURE) else
+                "bad" if p == last or w[p] >= SKEW_SURE else p
+                for p, b in zip(self._obs_pos, self._obs_blk)]
+
     def host_warnings(self) -> list[str]:
-        """The hosts whose level clearly differs from the first one's (``blocks.level_warnings``)."""
+        """The hosts whose level clearly differs from the first one's (``blocks.level_warnings``),
+        fitted as the offsets taken out are (on the posterior's sure sides, ``_block_arms``)."""
         from .blocks import level_warnings
-        return level_warnings(self._obs_pos, self._obs_blk, [math.exp(v) for v in self._obs_log])
+        return level_warnings(self._block_arms(), self._obs_blk, [math.exp(v) for v in self._obs_log])
 
     def verdict(self) -> BisectVerdict:
         """The verdict; before ``done`` a provisional ``inconclusive`` one describing the state."""
@@ -282,7 +305,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
     def _out_of_budget(self) -> None:
         """The budget is spent: answer from the data at hand (no more probes or sub-bisections)."""
         self._no_more = True
-        self._probe = None
+        self._probe, self._probe_more = None, []
         if self._phase == "steps":
             if self._child is not None:
                 child, self._child = self._child, None
@@ -294,6 +317,22 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             self._model_check(final=True)
         if not self.done:
             self._finish("inconclusive", reason="budget")
+
+
+def _tied_hosts(positions: list[int], blocks: list) -> set:
+    """The hosts linked to the first one through positions both read (directly or via others)."""
+    reads: dict = {}
+    for p, b in zip(positions, blocks):
+        reads.setdefault(b, set()).add(p)
+    first = blocks[0]
+    tied, frontier = {first}, [first]
+    while frontier:
+        seen = reads[frontier.pop()]
+        for b, ps in reads.items():
+            if b not in tied and ps & seen:
+                tied.add(b)
+                frontier.append(b)
+    return tied
 
 
 # --------------------------------------------------------------------------- library entry

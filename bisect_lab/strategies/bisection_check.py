@@ -36,6 +36,8 @@ CHECK_EVERY = 12
 CHECK_FROM = 36
 CHECK_REPS = 999
 MODEL_EXTRA = 16
+# Several hosts: model-check probes per batch (each one a round of its own would cost wall time).
+PROBE_BATCH = 2
 # Slide against two steps: two steps win when N log(RSS_slide / RSS_two) exceeds log N (one more
 # parameter, BIC); within MODEL_MARGIN of that line the models are told apart by more readings.
 MODEL_MARGIN = 3.0
@@ -98,12 +100,7 @@ class ModelCheck:
             # Too few positions read after the confirm step to fit an alternative.
             if not (final and self._extra < MODEL_EXTRA_LOOSE and self._second_step_in_all_readings()):
                 return "one"
-            probe = self._disagreement(self._fit_all_readings(), "one", "two", pos) if self._can_probe() else None
-            if probe is None:
-                return "one"
-            self._probe = probe
-            self._extra += 1
-            return "probe"
+            return "probe" if self._set_probes(self._fit_all_readings(), "one", "two", pos) else "one"
         alt = "slide" if f.rss_slide <= f.rss_two else "two"
         real = self._alternative_is_real(f, alt, t_min=REJECT_T)
         if not (p <= alpha and real):
@@ -120,12 +117,7 @@ class ModelCheck:
                 f, probe_alt = self._fit_all_readings(), "two"
             else:
                 return "one"
-            probe = self._disagreement(f, "one", probe_alt, pos) if self._can_probe() else None
-            if probe is None:
-                return "one"
-            self._probe = probe
-            self._extra += 1
-            return "probe"
+            return "probe" if self._set_probes(f, "one", probe_alt, pos) else "one"
         self._phase = "models"
         self._decide_models(f, pos, u)
         return "rejected"
@@ -143,21 +135,33 @@ class ModelCheck:
         """Slide or two steps: by BIC, with more readings where they differ while that is close."""
         self._fits = f
         d = f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n)
-        if abs(d) < MODEL_MARGIN and self._can_probe():
-            probe = self._disagreement(f, "slide", "two", pos)
-            if probe is not None:
-                self._probe = probe
-                self._extra += 1
-                return
+        if abs(d) < MODEL_MARGIN and self._set_probes(f, "slide", "two", pos):
+            return
         self._check = dict(self._check or {}, model="two" if d > 0 else "slide", extra=self._extra)
         if d > 0:
             self._start_steps(f)
         else:
             self._finish_gradual(f)
 
-    def _disagreement(self, f, m1: str, m2: str, pos: np.ndarray) -> int | None:
-        """The testable position where models m1 and m2 predict most differently, relative to
-        how often it was read; None when they nowhere differ by half a noise sd."""
+    def _set_probes(self, f, m1: str, m2: str, pos: np.ndarray) -> bool:
+        """Set the next probe(s) where models m1 and m2 differ most; False when there is none.
+        With several hosts up to PROBE_BATCH go in one batch (one round instead of several; each
+        pick counts as read once more, so a second one may be elsewhere or a repeat)."""
+        if not self._can_probe():
+            return False
+        k = min(PROBE_BATCH if self.parallel > 1 else 1, MODEL_EXTRA - self._extra,
+                self.max_trials - 1 - len(self._path))
+        probes = self._disagreement(f, m1, m2, pos, k=max(k, 1))
+        if not probes:
+            return False
+        self._probe, self._probe_more = probes[0], probes[1:]
+        self._extra += len(probes)
+        return True
+
+    def _disagreement(self, f, m1: str, m2: str, pos: np.ndarray, k: int = 1) -> list[int]:
+        """The ``k`` testable positions where models m1 and m2 predict most differently, relative
+        to how often each was read (a pick counts as one more reading); [] when they nowhere
+        differ by half a noise sd."""
         xs = f.xs
         cand = set(int(x) for x in xs)
         cand |= {int((a + b) // 2) for a, b in zip(xs[:-1], xs[1:]) if b - a > 1}
@@ -170,9 +174,15 @@ class ModelCheck:
         diff = _models.predict(f, m1, c) - _models.predict(f, m2, c)
         sd2 = max(f.rss_one / max(f.n - 2, 1), 1e-12)
         counts = np.array([np.sum(pos == x) for x in cand], dtype=float)
-        score = np.where(np.isnan(diff), -1.0, np.nan_to_num(diff) ** 2 / sd2 / (1 + counts))
-        best = int(np.argmax(score))
-        return int(c[best]) if score[best] >= 0.25 else None
+        out: list[int] = []
+        for _ in range(k):
+            score = np.where(np.isnan(diff), -1.0, np.nan_to_num(diff) ** 2 / sd2 / (1 + counts))
+            best = int(np.argmax(score))
+            if score[best] < 0.25:
+                break
+            out.append(int(c[best]))
+            counts[best] += 1
+        return out
 
     def _finish_gradual(self, f) -> None:
         lo, hi = int(f.xs[f.slide[0]]), int(f.xs[f.slide[1]])

@@ -35,7 +35,8 @@ class ConfirmPhase:
         if self.hosts > 1 and free == self.hosts:
             # one per host: every host measures both endpoints, alternately (ABAB within a host)
             r = len(self._obs_pos) // self.hosts + int(np.random.default_rng([self.seed, 1]).integers(2))
-            return [0 if (h + r) % 2 == 0 else self.n - 1 for h in range(free)]
+            out = [0 if (h + r) % 2 == 0 else self.n - 1 for h in range(free)]
+            return self._confirm_with_probes(out, counts)
         for _ in range(free):
             g, b = counts[0], counts[self.n - 1]
             if g != b:
@@ -48,6 +49,33 @@ class ConfirmPhase:
             counts[nxt] += 1
             out.append(nxt)
         return out
+
+    def _confirm_with_probes(self, out: list[int], counts: dict[int, int]) -> list[int]:
+        """Several hosts: the batch that brings both endpoints to MIN_ENDPOINT readings need not
+        be all endpoints. Its surplus slots (hosts that have read an endpoint already) go to the
+        search's first split (the uniform prior's quantiles): the test can only pass on this
+        batch, and if it does, those readings are the bisection's first round, one round early.
+        Later confirm batches (the test undecided) stay all endpoints."""
+        need = {p: MIN_ENDPOINT - counts[p] for p in counts}
+        if min(need.values()) <= 0 or len(self._obs_pos) < self.hosts:
+            return out
+        keep: list[int] = []
+        spare: list[int] = []
+        for h, p in enumerate(out):
+            if need[p] > 0:
+                need[p] -= 1
+                keep.append(p)
+            else:
+                keep.append(-1)
+                spare.append(h)
+        if max(need.values()) > 0:
+            return out
+        inner = [p for p in range(1, self.n - 1) if p not in self._untestable]
+        m = len(spare)
+        probes = [inner[min(len(inner) - 1, (j + 1) * len(inner) // (m + 1))] for j in range(m)] if inner else []
+        for h, p in zip(spare, probes):
+            keep[h] = p
+        return [p if p >= 0 else out[h] for h, p in enumerate(keep)]
 
     def _endpoint_test(self) -> tuple[float, float, float] | None:
         """(d, lower, upper): regression size u_good - u_bad of the endpoints and its two-sided

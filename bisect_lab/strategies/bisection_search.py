@@ -17,8 +17,13 @@ from .bisection_noise import _noise_logpdf
 # are what the posterior is least sure of: in simulation every 12 trials beat every 30 (and never)
 # on accuracy, mean and p95 trials at once.
 REMEASURE_EVERY = 12
-# A speculative batch member must add at least this share of the best single test's information.
-SPECULATE_MIN_GAIN = 0.2
+# Several hosts: a batch grows by one position only while that adds at least this share of the
+# information of the best single reading (the joint optimum of each size is compared).
+PARALLEL_MIN_GAIN = 0.3
+# Several hosts: once one position holds this posterior mass, it and its predecessor are read side by
+# side until each has END_READS readings (what the final check needs to pass).
+END_MASS = 0.25
+END_READS = 2
 # When the final check fails but no position carries this much expected information (nats) under
 # the model (a huge step, very unequal noise), the fragile position is simply measured again.
 RECHECK_MI = 1e-3
@@ -92,6 +97,9 @@ class NextPosition:
                 new.append(end)
         if len(new) >= free:
             return new
+        if self.parallel > 1:
+            busy = [p for p in self._outstanding + new if p not in (0, self.n - 1)]
+            return new + self._parallel_batch(F, testable, busy, free - len(new))
         # Information is a unimodal function of q = P(bad) (peak near 0.5, shifted when the two
         # sides have different noise), so only the testable positions nearest 0.5 need scoring.
         mi = np.full(self.n, -1.0)
@@ -99,8 +107,7 @@ class NextPosition:
         if idx.size:
             near = idx[np.argsort(np.abs(F[idx] - 0.5), kind="stable")[:16]]
             mi[near] = self._mi(F[near])
-        busy = [p for p in self._outstanding + new if p not in (0, self.n - 1)]
-        if not busy:
+        if not new:
             best = int(np.argmax(mi))  # first maximum: deterministic tie-break
             if mi[best] < 0:
                 # Nothing testable is left inside (0, n-1): re-measure an endpoint rather than stall.
@@ -109,36 +116,87 @@ class NextPosition:
                 # The final check wants a second reading that the model deems uninformative.
                 best = self._recheck
             new.append(best)
-            busy.append(best)
-            if len(new) >= free:
-                return new
-        return new + self._speculate(F, testable, busy, free - len(new), float(mi.max()))
+        return new
 
-    def _speculate(self, F, testable, busy, slots, best_single) -> list[int]:
-        """Greedy batch completion by joint information under a binary-channel approximation."""
+    def _parallel_batch(self, F, testable, busy, slots) -> list[int]:
+        """The batch for several hosts: the end game when one position is likely, otherwise the
+        batch size and positions that maximise the joint information, cut where one more
+        position adds too little (an idle host costs no trial; a near-useless reading does)."""
+        if slots <= 0:
+            return []
+        post = self._post
+        top = int(np.argmax(post))
+        out: list[int] = []
+        if post[top] >= END_MASS:
+            out = self._end_game(top, busy, slots)
+            if post[top] >= self.confidence or len(out) >= slots:
+                # Only the final check is open: nothing else is worth a trial.
+                return out or ([top] if not busy and testable[top] else [])
         eg, eb = self._channel_errors()
-        # Candidates: positions at posterior quantiles plus the busy ones (repeats are allowed).
+        cand = self._candidates(F, testable, busy + out, top)
+        if not cand:
+            return out or ([] if busy else [0])
+        fixed = list(busy) + out
+        base = _joint_mi(F, fixed, eg, eb) if fixed else 0.0
+        batch: list[int] = []
+        best = base
+        single = None
+        for size in range(1, slots - len(out) + 1):
+            trial = _best_batch(F, fixed, batch, cand, eg, eb)
+            j = _joint_mi(F, fixed + trial, eg, eb)
+            if single is None:
+                single = max(j - base, 1e-12)
+            elif j - best < PARALLEL_MIN_GAIN * single:
+                break
+            batch, best = trial, j
+        if not batch and not out and not busy:
+            batch = [cand[0]]
+        return out + batch
+
+    def _end_game(self, top: int, busy: list[int], slots: int) -> list[int]:
+        """A likely culprit ``top``: its readings and its predecessor's are what the final check
+        leans on (each must survive losing any one reading), so both are read side by side, on
+        different hosts, until each has END_READS readings (and the one the check found fragile, one more)."""
+        pair = [p for p in (top, top - 1) if p not in self._untestable and 0 <= p < self.n]
+        pos = np.asarray(self._obs_pos, dtype=np.int64)
+        reads = {p: int(np.sum(pos == p)) + busy.count(p) for p in pair}
+        want = {p: max(END_READS, reads[p] + (p == self._recheck)) for p in pair}
+        out: list[int] = []
+        while len(out) < slots:
+            short = [p for p in pair if reads[p] < want[p]]
+            if not short:
+                break
+            # ABBA over the hosts: the culprit and its predecessor alternate which host reads first
+            p = min(short, key=lambda q: (reads[q] - want[q], (len(out) // 2 + pair.index(q)) % 2))
+            out.append(p)
+            reads[p] += 1
+        return out
+
+    def _candidates(self, F, testable, busy, top) -> list[int]:
+        """Positions worth scoring: posterior quantiles, the likely culprit's neighbours, the busy ones."""
         levels = np.linspace(0.0, 1.0, 66)[1:-1]
         cand = set(int(x) for x in np.searchsorted(F, levels, side="left"))
-        cand |= set(busy)
-        cand = sorted(p for p in cand if 0 < p < self.n - 1 and testable[p])
-        if not cand:
-            return [] if busy else [0]
-        chosen = list(busy)
-        base = _joint_mi(F, chosen, eg, eb)
-        single = _joint_mi(F, [int(np.argmax(np.where(testable, -np.abs(F - 0.5), -9)))], eg, eb)
-        out: list[int] = []
-        for _ in range(slots):
-            gains = [(_joint_mi(F, chosen + [p], eg, eb) - base, -p) for p in cand]
-            g, negp = max(gains)
-            if g < SPECULATE_MIN_GAIN * max(single, 1e-12) and (out or busy):
-                break
-            chosen.append(-negp)
-            out.append(-negp)
-            base += g
-        if not out and not busy:
-            out.append(cand[0])
-        return out
+        cand |= set(busy) | set(range(top - 2, top + 2))
+        return sorted(p for p in cand if 0 < p < self.n - 1 and testable[p])
+
+
+def _best_batch(F, fixed, prev, cand, eg, eb) -> list[int]:
+    """A batch one larger than ``prev``: the greedy best addition, then coordinate ascent (each
+    member moved to its best candidate while the joint information grows)."""
+    gains = [(_joint_mi(F, fixed + prev + [p], eg, eb), -p) for p in cand]
+    batch = list(prev) + [-max(gains)[1]]
+    cur = _joint_mi(F, fixed + batch, eg, eb)
+    for _ in range(2):
+        moved = False
+        for k in range(len(batch)):
+            rest = batch[:k] + batch[k + 1:]
+            j, negp = max((_joint_mi(F, fixed + rest + [p], eg, eb), -p) for p in cand)
+            if j > cur + 1e-9:
+                batch, cur, moved = rest[:k] + [-negp] + rest[k:], j, True
+        if not moved:
+            break
+    return batch
+
 
 def _joint_mi(F: np.ndarray, positions: list[int], eg: float, eb: float) -> float:
     """I(c; readings) for binary readings at ``positions`` (repeats allowed) on a binary channel.
