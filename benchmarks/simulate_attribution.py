@@ -67,6 +67,10 @@ class Scenario:
     stall_size: float = 0.0                  # ... and how much slower they read (0.5 = 50% slower)
     step_at: int | None = None               # the machine changes from this trial on ...
     step_size: float = 0.0                   # ... and every arm reads this much slower
+    burst_rate: float = 0.0                  # chance per trial that a burst of host contention starts
+    burst_len: int = 0                       # ... lasting this many consecutive trials (ask/tell order)
+    burst_size: tuple[float, float] = (0.20, 0.35)   # ... every reading in it this much slower (per burst)
+    burst_jitter: float = 0.03               # ... plus this much extra noise per reading (log sd)
     null_like: bool = False                  # no culprit is well defined: naming any factor is false
     target_mean: object = None               # callable(N) -> float, or a number
     target_p95: float | None = None
@@ -124,6 +128,17 @@ ROBUST_SCENARIOS = [
              step_size=0.04),
     Scenario("three1064", "three culprits, 10%, 6% and 4%, CV 3%", (10,), (0.10, 0.06, 0.04)),
     Scenario("and3", "3-way AND, 8% only when all three are bad, CV 3%", (10,), (0.08, 0.0, 0.0), kind="and"),
+    # bursts of host contention: minutes long, every reading 20-35% slower, invisible to loadavg
+    Scenario("burst0", "no regression, bursts (2%/trial, 6 trials, 20-35%)", (10,), (), burst_rate=0.02,
+             burst_len=6, null_like=True),
+    Scenario("burst0L", "no regression, long bursts (1%/trial, 20 trials, 20-35%)", (10,), (),
+             burst_rate=0.01, burst_len=20, null_like=True),
+    Scenario("burst5", "one culprit 5%, bursts (2%/trial, 6 trials, 20-35%)", (10,), (0.05,),
+             burst_rate=0.02, burst_len=6),
+    Scenario("burst25", "one culprit 25%, bursts (2%/trial, 6 trials, 20-35%)", (10,), (0.25,),
+             burst_rate=0.02, burst_len=6),
+    Scenario("burststory", "the demo shape (25% + AND 15%, CV 5%), bursts (2%/trial, 6 trials)", (5,),
+             (0.25, 0.15, 0.0), kind="story", cv=0.05, burst_rate=0.02, burst_len=6),
     Scenario("tiny10", "ten factors of 0.3% each (3% in all), CV 1%", (20,), (0.003,) * 10, kind="tiny",
              cv=0.01, null_like=True, note="no culprit worth min_effect: naming one is false"),
 ]
@@ -152,6 +167,7 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
     idx = rng.choice(n, size=len(sc.effects), replace=False) if sc.effects else []
     culprits = [names[k] for k in idx]
     counter = [0]
+    burst = [0, 0.0]          # trials left in the current burst, its slowdown
     logeff = [math.log1p(-e) if e > 0 else 0.0 for e in sc.effects]
     if sc.kind == "and":
         logeff = [math.log1p(-max(sc.effects))]
@@ -188,6 +204,14 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
             drift /= 1.0 + sc.step_size
         if sc.stall_rate and rng.random() < sc.stall_rate:
             drift /= 1.0 + sc.stall_size
+        if sc.burst_rate:
+            # drawn every trial (in or out of a burst) so a burst cannot shift later noise draws
+            starts, size, jitter = rng.random() < sc.burst_rate, rng.uniform(*sc.burst_size), rng.normal()
+            if burst[0] == 0 and starts:
+                burst[:] = [sc.burst_len, size]
+            if burst[0] > 0:
+                burst[0] -= 1
+                drift *= (1.0 - burst[1]) * math.exp(sc.burst_jitter * jitter)
         return 1000.0 * math.exp(lv) * eps * drift
 
     return names, measure, sorted(culprits), counter
