@@ -35,7 +35,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bisect_lab import attribute_factors  # noqa: E402  (the staged strategy the CLI runs)
 from bisect_lab.strategies import LeaveOneOutStrategy, drive  # noqa: E402
-from bisect_lab.strategies.screening import ScreeningStrategy  # noqa: E402
 
 # Normalised (value / arm median) samples of a batch-1 decode loop on one H200, one process launch
 # per sample (h200_decode_noise_2026-11-29.json).
@@ -238,6 +237,7 @@ def run_one(args):
         v = attribute_factors(names, measure, higher_is_better=True, seed=rep, max_trials=400,
                               thorough=method == "thorough", robust=method != "today")
     elif method == "screen2":
+        from bisect_lab.strategies.screening import ScreeningStrategy   # pyDOE: only when asked for
         v = drive(ScreeningStrategy(names, seed=rep, repeats=2), measure)
     else:
         v = drive(LeaveOneOutStrategy(names, seed=rep, repeats=10), measure)
