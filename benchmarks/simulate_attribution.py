@@ -236,6 +236,12 @@ def run_one(args):
         # "today": the Gaussian gate and the stage rules before robust noise handling (robust=False)
         v = attribute_factors(names, measure, higher_is_better=True, seed=rep, max_trials=400,
                               thorough=method == "thorough", robust=method != "today")
+    elif method == "main":
+        # the default before the burst guard (staged_bursts.py), same seed: the side by side
+        from bisect_lab.strategies.staged import StagedAttribution
+        st = StagedAttribution(names, higher_is_better=True, seed=rep, max_trials=400)
+        st.burst_guard = False
+        v = drive(st, measure)
     elif method == "screen2":
         from bisect_lab.strategies.screening import ScreeningStrategy   # pyDOE: only when asked for
         v = drive(ScreeningStrategy(names, seed=rep, repeats=2), measure)
@@ -272,6 +278,8 @@ def main(argv=None) -> int:
                     help="only the robustness scenarios (ROBUST_SCENARIOS), beside today's strategy")
     ap.add_argument("--today", action="store_true",
                     help="also run today's strategy (robust=False: Gaussian gate, unconfirmed hand-overs named)")
+    ap.add_argument("--main", action="store_true",
+                    help="also run the default without the burst guard (adjacent-pair check), as on main before it")
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + reps - 1")
     ap.add_argument("--thorough", action="store_true",
                     help="also run the thorough mode (the command line's --strategy thorough) on every cell")
@@ -291,6 +299,8 @@ def main(argv=None) -> int:
             tasks += [(sc.key, n, r, "attribution", a.quick) for r in seeds]
             if today:
                 tasks += [(sc.key, n, r, "today", a.quick) for r in seeds]
+            if a.main:
+                tasks += [(sc.key, n, r, "main", a.quick) for r in seeds]
             if a.thorough:
                 tasks += [(sc.key, n, r, "thorough", a.quick) for r in seeds]
             if not a.no_baseline:
@@ -311,7 +321,7 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     for sc in scen:
         for n in sc.n_factors:
-            for method in ("attribution", "today", "thorough", "loo10", "screen2"):
+            for method in ("attribution", "main", "today", "thorough", "loo10", "screen2"):
                 rows = [r for r in res if r[0] == sc.key and r[1] == n and r[2] == method]
                 if not rows:
                     continue
@@ -330,7 +340,7 @@ def main(argv=None) -> int:
                       f"{np.percentile(tr, 95):>5.0f} {ms:>7.1f} | {tgt}{ok}")
     statuses = {}
     for r in res:
-        if r[2] in ("attribution", "today"):
+        if r[2] in ("attribution", "main", "today"):
             statuses.setdefault((r[0], r[1], r[2]), {}).setdefault(r[6], 0)
             statuses[(r[0], r[1], r[2])][r[6]] += 1
     print("\nattribution statuses per cell:")
