@@ -14,7 +14,7 @@ from bisect_lab.strategies.staged import StagedAttribution
 
 def bursty(n_factors, effects=(), *, kind="additive", cv=0.03, rate=0.02, length=6, seed=0):
     """A measure() with hidden culprits (the first len(effects) of a seeded draw) and bursts."""
-    rng = np.random.default_rng([23, seed, n_factors, len(effects)])
+    rng = np.random.default_rng([23, seed, n_factors, len(effects), length, int(rate * 1000)])
     names = [f"f{k:02d}" for k in range(n_factors)]
     culprits = [names[k] for k in rng.choice(n_factors, size=len(effects), replace=False)]
     state = {"left": 0, "size": 0.0}
