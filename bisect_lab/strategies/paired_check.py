@@ -12,7 +12,7 @@ culprits, which the answer says read alike). When there is one, every named fact
 adjacent pairs, "bad" and "bad minus it" in random order (for an OR pair, whose members each suffice:
 the stage's good arm and "good plus it"), and named only when a sequential probability-ratio test on
 the pairs' differences says its effect is there. A no-op factor passes with probability at most
-``1 / ACCEPT_ODDS``; a factor that does not pass is not named (the answer says why), and when none
+``1 / ACCEPT_ODDS``; a factor that does not pass is not named (the answer says why; a member of an and/or pair its own pairs confirm still is), and when none
 is left the answer is ``inconclusive`` with the candidates saying where the probability sits.
 Readings are never thrown away: the check adds readings, it does not discount the old ones.
 """
@@ -37,7 +37,7 @@ BURST_Z = 5.0
 MIN_CELL = 3
 OWN_N = 20
 PAIRS_MIN = 2              # one pair can straddle a burst's edge
-PAIRS_MAX = 12             # undecided after this many pairs: not confirmed
+PAIRS_MAX = 16             # undecided after this many pairs: not confirmed
 ACCEPT_ODDS = 50.0         # SPRT: a no-op passes with probability <= 1 / 50
 REJECT_ODDS = 0.05 / 0.98  # ... and a real culprit of the assumed size fails with probability <= 5%
 CLIP = 2.0                 # one pair's difference counts at most this many sd from the SPRT's midpoint

@@ -14,8 +14,6 @@ from dataclasses import replace
 from ..verdicts import AttributionVerdict
 from .paired_check import BURST_Z, PairedCheck, burst_evidence
 
-PAIR_FAMILIES = ("and", "or")      # a pattern that is one unit: a member not confirmed takes its partner
-
 
 class BurstGuard:
     """Reads and sets ``StagedAttribution`` state: ``_check`` (None: not decided yet, False: off)."""
@@ -58,7 +56,7 @@ class BurstGuard:
         return self._check.next_arms(self.observations, self.max_trials - self.trials)
 
     def _guarded(self, v: AttributionVerdict) -> AttributionVerdict:
-        """The answer less the factors the adjacent pairs did not confirm (and their pattern partners)."""
+        """The answer less the factors the adjacent pairs did not confirm."""
         if not self._check:
             return v
         z, at = self._check.trigger
@@ -66,19 +64,15 @@ class BurstGuard:
                  "contention in bursts suspected, so each named factor was measured again in adjacent "
                  "pairs (with and without it, one right after the other) before being named"]
         failed = self._check.unconfirmed(self.observations)
+        # a member of a pattern that its pairs confirm stands on its own: "bad minus it" (an OR
+        # member: "good plus it") was shown to differ, whatever its named partner did
         drop = set(failed)
-        for f in failed:
-            k = self._stage_of(f)
-            if self.verdicts[k].hypothesis in PAIR_FAMILIES:
-                drop |= set(self._named(self.verdicts[k], k))
         for f, d in failed.items():
             mean = sum(d) / len(d) if d else float("nan")
             lines.append(f"{f}: not named: the adjacent pairs did not confirm it ({len(d)} pair(s), "
                          f"mean difference {math.expm1(mean):+.1%})" if d else
                          f"{f}: not named: the budget ran out before its adjacent pairs")
-        for f in sorted(drop - set(failed)):
-            lines.append(f"{f}: not named: its partner in the pattern was not confirmed")
-        keep = tuple(c for c in v.culprits if c not in drop)
+        keep = [c for c in v.culprits if c not in drop]
         warn = tuple(v.warnings) + tuple(lines)
         extra = dict(v.extra, paired_check={f: ("confirmed" if f not in failed else "not confirmed")
                                             for f in self._check.arms})
@@ -87,7 +81,7 @@ class BurstGuard:
         if not keep:
             top = ", ".join(f"{n} ({p:.0%})" for n, p in list(v.candidates)[:3])
             warn += (f"no factor is named; where the probability sits: {top}",)
-            return replace(v, status="inconclusive", culprits=(), effects=(), interactions=(),
+            return replace(v, status="inconclusive", culprits=[], effects=(), interactions=(),
                            confirmation=(), warnings=warn, extra=extra)
         return replace(v, culprits=keep, warnings=warn, extra=extra,
                        effects=tuple(e for e in v.effects if set(e.name.split("*")) <= set(keep)),
