@@ -22,7 +22,8 @@ def bursty(n_factors, effects=(), *, kind="additive", cv=0.03, rate=0.02, length
     def level(active):
         on = [c in active for c in culprits]
         if kind == "story":           # one culprit + an AND pair (the CPU demo's shape)
-            return (math.log1p(-effects[0]) if on[0] else 0.0) + (math.log1p(-effects[1]) if on[1] and on[2] else 0.0)
+            return ((math.log1p(-effects[0]) if on[0] else 0.0)
+                    + (math.log1p(-effects[1]) if on[1] and on[2] else 0.0))
         return sum(math.log1p(-e) for e, o in zip(effects, on) if o)
 
     def measure(active):

@@ -12,8 +12,9 @@ culprits, which the answer says read alike). When there is one, every named fact
 adjacent pairs, "bad" and "bad minus it" in random order (for an OR pair, whose members each suffice:
 the stage's good arm and "good plus it"), and named only when a sequential probability-ratio test on
 the pairs' differences says its effect is there. A no-op factor passes with probability at most
-``1 / ACCEPT_ODDS``; a factor that does not pass is not named (the answer says why; a member of an and/or pair its own pairs confirm still is), and when none
-is left the answer is ``inconclusive`` with the candidates saying where the probability sits.
+``1 / ACCEPT_ODDS`` over all the factors checked; a factor that does not pass is not named (the
+answer says why; a member of an and/or pair that its own pairs confirm still is), and when none is
+left the answer is ``inconclusive`` with the candidates saying where the probability sits.
 Readings are never thrown away: the check adds readings, it does not discount the old ones.
 """
 from __future__ import annotations
@@ -29,8 +30,8 @@ from .base import Observation
 # A reading this many (robust) standard deviations worse than the median of the other readings of
 # its cell is the mark of a burst. On Gaussian readings the largest such z of a campaign passes 5
 # in about 2% of simulated campaigns (then the check only costs trials); a burst 20% slower at CV 5%
-# reads about 4.5-7.
-BURST_Z = 5.0
+# reads about 4.5-7 (a demo-shaped run at 4.98 had named a no-op with 5).
+BURST_Z = 4.5
 # cells are judged from this many readings; a cell's own spread is trusted alone from OWN_N
 # readings, below that never smaller than the pooled spread of all cells (eight agreeing readings
 # can make a cell look tighter than it is)
@@ -38,7 +39,7 @@ MIN_CELL = 3
 OWN_N = 20
 PAIRS_MIN = 2              # one pair can straddle a burst's edge
 PAIRS_MAX = 16             # undecided after this many pairs: not confirmed
-ACCEPT_ODDS = 50.0         # SPRT: a no-op passes with probability <= 1 / 50
+ACCEPT_ODDS = 50.0         # SPRT: a no-op passes with probability <= 1 / (50 x the factors checked)
 REJECT_ODDS = 0.05 / 0.98  # ... and a real culprit of the assumed size fails with probability <= 5%
 CLIP = 2.0                 # one pair's difference counts at most this many sd from the SPRT's midpoint
 
@@ -128,8 +129,9 @@ class PairedCheck:
 
         The test is a mixture SPRT: the likelihood ratio of "the effect is min_effect / half / all of
         what the answer says" against "no effect", averaged over the three, with the
-        pairs' noise known. Confirmed when it passes ACCEPT_ODDS (a no-op's chance <= 1/ACCEPT_ODDS
-        however long it runs); rejected when half the effect (at least min_effect) is 1 / REJECT_ODDS times less likely than none.
+        pairs' noise known. Confirmed when it passes ACCEPT_ODDS times the number of factors
+        checked (a no-op's chance <= 1/ACCEPT_ODDS over them all, however long it runs); rejected
+        when half the effect (at least min_effect) is 1 / REJECT_ODDS times less likely than none.
         The noise: the campaign's (sqrt 2 x its spread) until four pairs, then the pairs' own robust
         spread (an edge pair, half in a burst, does not inflate it), never below half the campaign's.
         """
@@ -143,7 +145,7 @@ class PairedCheck:
                 return float(np.sum(dl * (np.clip(d, dl / 2 - CLIP * s, dl / 2 + CLIP * s) - dl / 2))) / s ** 2
 
             mix = float(np.mean([math.exp(min(llr(dl), 50.0)) for dl in self.delta[f]]))
-            if len(d) >= PAIRS_MIN and mix >= ACCEPT_ODDS:
+            if len(d) >= PAIRS_MIN and mix >= ACCEPT_ODDS * len(self.arms):   # Bonferroni: all checked
                 out[f] = ("confirmed", d)
             elif len(d) >= PAIRS_MIN and llr(self.half[f]) <= math.log(REJECT_ODDS) or len(d) >= PAIRS_MAX:
                 out[f] = ("rejected", d)

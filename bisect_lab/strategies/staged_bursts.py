@@ -29,9 +29,11 @@ class BurstGuard:
         if self._check is None:
             self._check = False
             v = self._combine()
-            if not (self.burst_guard and self.robust and self.hosts == 1 and v.status == "culprits" and v.culprits):
+            if not (self.burst_guard and self.robust and self.hosts == 1 and v.status == "culprits"
+                    and v.culprits):
                 return []
-            z, at, noise = burst_evidence(self.observations, v.culprits, higher_is_better=self.higher_is_better)
+            z, at, noise = burst_evidence(self.observations, v.culprits,
+                                          higher_is_better=self.higher_is_better)
             if z < BURST_Z:
                 return []
             bad = frozenset(self.factors)
@@ -48,7 +50,8 @@ class BurstGuard:
                 effects[f] = max(sizes) if sizes else 0.0
             # the spread of repeated arms is the truer noise when the answer's cells mix levels
             own = self._noise()
-            self._check = PairedCheck(arms, effects, noise=min(noise, own) if own > 0 else noise, start=len(self.observations),
+            self._check = PairedCheck(arms, effects, noise=min(noise, own) if own > 0 else noise,
+                                      start=len(self.observations),
                                       higher_is_better=self.higher_is_better, min_effect=self.min_effect,
                                       seed=self.seed, trigger=(z, at))
         if not self._check:
