@@ -35,7 +35,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bisect_lab import attribute_factors  # noqa: E402  (the staged strategy the CLI runs)
 from bisect_lab.strategies import LeaveOneOutStrategy, drive  # noqa: E402
-from bisect_lab.strategies.screening import ScreeningStrategy  # noqa: E402
 
 # Normalised (value / arm median) samples of a batch-1 decode loop on one H200, one process launch
 # per sample (h200_decode_noise_2026-11-29.json).
@@ -67,6 +66,10 @@ class Scenario:
     stall_size: float = 0.0                  # ... and how much slower they read (0.5 = 50% slower)
     step_at: int | None = None               # the machine changes from this trial on ...
     step_size: float = 0.0                   # ... and every arm reads this much slower
+    burst_rate: float = 0.0                  # chance per trial that a burst of host contention starts
+    burst_len: int = 0                       # ... lasting this many consecutive trials (ask/tell order)
+    burst_size: tuple[float, float] = (0.20, 0.35)   # ... every reading in it this much slower (per burst)
+    burst_jitter: float = 0.03               # ... plus this much extra noise per reading (log sd)
     null_like: bool = False                  # no culprit is well defined: naming any factor is false
     target_mean: object = None               # callable(N) -> float, or a number
     target_p95: float | None = None
@@ -124,6 +127,17 @@ ROBUST_SCENARIOS = [
              step_size=0.04),
     Scenario("three1064", "three culprits, 10%, 6% and 4%, CV 3%", (10,), (0.10, 0.06, 0.04)),
     Scenario("and3", "3-way AND, 8% only when all three are bad, CV 3%", (10,), (0.08, 0.0, 0.0), kind="and"),
+    # bursts of host contention: minutes long, every reading 20-35% slower, invisible to loadavg
+    Scenario("burst0", "no regression, bursts (2%/trial, 6 trials, 20-35%)", (10,), (), burst_rate=0.02,
+             burst_len=6, null_like=True),
+    Scenario("burst0L", "no regression, long bursts (1%/trial, 20 trials, 20-35%)", (10,), (),
+             burst_rate=0.01, burst_len=20, null_like=True),
+    Scenario("burst5", "one culprit 5%, bursts (2%/trial, 6 trials, 20-35%)", (10,), (0.05,),
+             burst_rate=0.02, burst_len=6),
+    Scenario("burst25", "one culprit 25%, bursts (2%/trial, 6 trials, 20-35%)", (10,), (0.25,),
+             burst_rate=0.02, burst_len=6),
+    Scenario("burststory", "the demo shape (25% + AND 15%, CV 5%), bursts (2%/trial, 6 trials)", (5,),
+             (0.25, 0.15, 0.0), kind="story", cv=0.05, burst_rate=0.02, burst_len=6),
     Scenario("tiny10", "ten factors of 0.3% each (3% in all), CV 1%", (20,), (0.003,) * 10, kind="tiny",
              cv=0.01, null_like=True, note="no culprit worth min_effect: naming one is false"),
 ]
@@ -152,6 +166,7 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
     idx = rng.choice(n, size=len(sc.effects), replace=False) if sc.effects else []
     culprits = [names[k] for k in idx]
     counter = [0]
+    burst = [0, 0.0]          # trials left in the current burst, its slowdown
     logeff = [math.log1p(-e) if e > 0 else 0.0 for e in sc.effects]
     if sc.kind == "and":
         logeff = [math.log1p(-max(sc.effects))]
@@ -188,6 +203,14 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
             drift /= 1.0 + sc.step_size
         if sc.stall_rate and rng.random() < sc.stall_rate:
             drift /= 1.0 + sc.stall_size
+        if sc.burst_rate:
+            # drawn every trial (in or out of a burst) so a burst cannot shift later noise draws
+            starts, size, jitter = rng.random() < sc.burst_rate, rng.uniform(*sc.burst_size), rng.normal()
+            if burst[0] == 0 and starts:
+                burst[:] = [sc.burst_len, size]
+            if burst[0] > 0:
+                burst[0] -= 1
+                drift *= (1.0 - burst[1]) * math.exp(sc.burst_jitter * jitter)
         return 1000.0 * math.exp(lv) * eps * drift
 
     return names, measure, sorted(culprits), counter
@@ -213,7 +236,14 @@ def run_one(args):
         # "today": the Gaussian gate and the stage rules before robust noise handling (robust=False)
         v = attribute_factors(names, measure, higher_is_better=True, seed=rep, max_trials=400,
                               thorough=method == "thorough", robust=method != "today")
+    elif method == "main":
+        # the default before the burst guard (staged_bursts.py), same seed: the side by side
+        from bisect_lab.strategies.staged import StagedAttribution
+        st = StagedAttribution(names, higher_is_better=True, seed=rep, max_trials=400)
+        st.burst_guard = False
+        v = drive(st, measure)
     elif method == "screen2":
+        from bisect_lab.strategies.screening import ScreeningStrategy   # pyDOE: only when asked for
         v = drive(ScreeningStrategy(names, seed=rep, repeats=2), measure)
     else:
         v = drive(LeaveOneOutStrategy(names, seed=rep, repeats=10), measure)
@@ -248,6 +278,8 @@ def main(argv=None) -> int:
                     help="only the robustness scenarios (ROBUST_SCENARIOS), beside today's strategy")
     ap.add_argument("--today", action="store_true",
                     help="also run today's strategy (robust=False: Gaussian gate, unconfirmed hand-overs named)")
+    ap.add_argument("--main", action="store_true",
+                    help="also run the default without the burst guard (adjacent-pair check), as on main before it")
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + reps - 1")
     ap.add_argument("--thorough", action="store_true",
                     help="also run the thorough mode (the command line's --strategy thorough) on every cell")
@@ -267,6 +299,8 @@ def main(argv=None) -> int:
             tasks += [(sc.key, n, r, "attribution", a.quick) for r in seeds]
             if today:
                 tasks += [(sc.key, n, r, "today", a.quick) for r in seeds]
+            if a.main:
+                tasks += [(sc.key, n, r, "main", a.quick) for r in seeds]
             if a.thorough:
                 tasks += [(sc.key, n, r, "thorough", a.quick) for r in seeds]
             if not a.no_baseline:
@@ -287,7 +321,7 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     for sc in scen:
         for n in sc.n_factors:
-            for method in ("attribution", "today", "thorough", "loo10", "screen2"):
+            for method in ("attribution", "main", "today", "thorough", "loo10", "screen2"):
                 rows = [r for r in res if r[0] == sc.key and r[1] == n and r[2] == method]
                 if not rows:
                     continue
@@ -306,7 +340,7 @@ def main(argv=None) -> int:
                       f"{np.percentile(tr, 95):>5.0f} {ms:>7.1f} | {tgt}{ok}")
     statuses = {}
     for r in res:
-        if r[2] in ("attribution", "today"):
+        if r[2] in ("attribution", "main", "today"):
             statuses.setdefault((r[0], r[1], r[2]), {}).setdefault(r[6], 0)
             statuses[(r[0], r[1], r[2])][r[6]] += 1
     print("\nattribution statuses per cell:")

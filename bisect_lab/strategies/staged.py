@@ -29,6 +29,7 @@ from .decomposition import (loglinear_effects, reference_contrast, reference_rat
 from .base import Observation, deblock, drive, host_warnings
 from .attribution_fit import stage_misfits
 from .hypotheses import EXTENDED_RHO_GRID
+from .staged_bursts import BurstGuard
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
 RESIDUAL_LOOKS = 4        # the residual is shown at alpha / this (it is looked at up to 6 times)
@@ -68,7 +69,7 @@ def _winsorized(values: list[float]) -> np.ndarray:
     return np.asarray(values, dtype=float) if clipped is logs else np.exp(clipped)
 
 
-class StagedAttribution:
+class StagedAttribution(BurstGuard):
     """Ask/tell attribution that peels culprits off stage by stage (see module docstring).
 
     ``thorough=True`` (the command line's ``--strategy thorough``) trades trials for completeness:
@@ -388,10 +389,10 @@ class StagedAttribution:
 
     def _finish(self) -> list[frozenset[str]]:
         """Answer, once the culprits of several stages can be told apart (see _decomposition)."""
-        more = self._decomposition()
+        more = self._decomposition() or self._paired_arms()     # staged_bursts.py: bursts of contention
         if more:
             return more
-        self._final = self._combine()
+        self._final = self._guarded(self._combine())
         return []
 
     def _decomposition(self) -> list[frozenset[str]]:
@@ -562,7 +563,6 @@ class StagedAttribution:
             candidates=tuple(sorted(candidates.items(), key=lambda kv: -kv[1])),
             warnings=tuple(dict.fromkeys(tuple(kept[0]) + tuple(self.notes) + later)), strategy=self.name,
             factors=self.factors, extra=extra)
-
 
     def _joint(self, culprits: list[str]):
         """Effects and interactions of every named culprit, re-fitted together on all measurements.
