@@ -96,6 +96,11 @@ class ConfirmPhase:
         test = self._endpoint_test()
         return test is not None and test[2] < self._d_min
 
+    def _endpoints_differ(self) -> bool:
+        """The endpoints differ by more than min_effect, at ``confidence`` (the interval's low end)."""
+        test = self._endpoint_test()
+        return test is not None and test[1] > self._d_min
+
     def _update_confirm(self) -> None:
         test = self._endpoint_test()
         if test is None:

@@ -188,8 +188,14 @@ class Posterior:
             if self._model_check(final=False) != "one":
                 return
         if p0 >= self.confidence:
-            self._finish("no-regression", reason="posterior-null")
-            return
+            if not self._endpoints_differ():
+                self._finish("no-regression", reason="posterior-null")
+                return
+            # The endpoints themselves differ by more than min_effect: a "no change" posterior is
+            # the one-step model failing (two steps: 2% of clean runs said no-regression), never
+            # the answer. The model check says what the readings fit; else the search reads on.
+            if self._check_models and self._model_check(final=True) != "one":
+                return
         if self._endpoints_equal():
             self._finish("no-regression", reason="endpoints-equal")
             return
