@@ -308,12 +308,12 @@ def test_the_result_that_stands_for_a_session():
 
 
 def test_attribute_learns_which_factor_makes_a_launch_dear_and_says_so(tmp_path):
-    """An env var that makes the toy server take 0.8 s to get ready (the others 0.05 s): the
+    """An env var that makes the toy server take 2 s to get ready (the others 0.05 s): the
     attribution's launch-cost model names it from the stored sessions, says the search arms are
     now chosen by information per second of launch, and still names the slow patch."""
     exp = served_toy(tmp_path, server="readings = 1\nwarmup_readings = 0", env={"TOY_READY_DELAY": "0.05"},
                      effects={"slow": 0.7, "noop": 1.0})
-    p = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all TOY_READY_DELAY=0.8", "--json",
+    p = cli(tmp_path, "attribute", exp, "--good", "none", "--bad", "all TOY_READY_DELAY=2", "--json",
             "--max-trials", "30", timeout=240)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["culprits"] == ["slow"], p.stdout
