@@ -72,7 +72,7 @@ def test_demo_attribution_finds_the_planted_causes(tmp_path):
             break
         cv = _campaign_cv(res)
         if cv is not None and cv > MAX_CV_FOR_THE_PAIR:
-            # The full answer is promised at the demo's usual noise (docs/demo.md: 95% at CV 8% in
+            # The full answer is promised at the demo's usual noise (docs/demo.md: 88% at CV 8% in
             # simulation); on a loaded 2-core box the demo reads CV 14-21% (old and new code alike,
             # measured 2026-12-01), where 150 trials cannot resolve the 15% pair: the main cause
             # and no no-op were checked above, the rest cannot be decided here.
