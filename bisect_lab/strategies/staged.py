@@ -389,11 +389,7 @@ class StagedAttribution(BurstGuard):
 
     def _finish(self) -> list[frozenset[str]]:
         """Answer, once the culprits of several stages can be told apart (see _decomposition)."""
-        more = self._decomposition() or self._paired_arms()     # staged_bursts.py: bursts of contention
-        if more:
-            return more
-        self._final = self._guarded(self._combine())
-        return []
+        return self._decomposition() or self._guarded_answer()  # staged_bursts.py: bursts of contention
 
     def _decomposition(self) -> list[frozenset[str]]:
         """Arms that let the joint re-fit tell each culprit's own effect from its pairs'.

@@ -24,39 +24,48 @@ class BurstGuard:
     def _stage_of(self, f: str) -> int:
         return next(k for k, v in enumerate(self.verdicts) if f in self._named(v, k))
 
-    def _paired_arms(self) -> list[frozenset[str]]:
-        """The guard's next pair, deciding first (once, when the answer is ready) whether it runs."""
+    def _guarded_answer(self) -> list[frozenset[str]]:
+        """The guard's next pair, or [] with ``_final`` set: the answer as it stands when the guard
+        does not run (decided once, when the answer is first ready), else the answer less the factors
+        the pairs did not confirm, once they are done."""
         if self._check is None:
             self._check = False
             v = self._combine()
-            if not (self.burst_guard and self.robust and self.hosts == 1 and v.status == "culprits"
-                    and v.culprits):
+            self._check = self._start_check(v)
+            if not self._check:
+                self._final = v
                 return []
-            z, at, noise = burst_evidence(self.observations, v.culprits,
-                                          higher_is_better=self.higher_is_better)
-            if z < BURST_Z:
-                return []
-            bad = frozenset(self.factors)
-            arms, effects = {}, {}
-            for f in v.culprits:
-                k = self._stage_of(f)
-                base = self.stages[k][0]
-                if self.verdicts[k].hypothesis == "or":    # either member suffices: add it to the good arm
-                    arms[f] = (base, base | {f})
-                else:                                      # remove it from the bad arm
-                    arms[f] = (bad - {f}, bad)
-                sizes = [abs(math.log(e.effect.ratio)) for e in v.effects
-                         if f in e.name.split("*") and e.effect.ratio > 0]
-                effects[f] = max(sizes) if sizes else 0.0
-            # the spread of repeated arms is the truer noise when the answer's cells mix levels
-            own = self._noise()
-            self._check = PairedCheck(arms, effects, noise=min(noise, own) if own > 0 else noise,
-                                      start=len(self.observations),
-                                      higher_is_better=self.higher_is_better, min_effect=self.min_effect,
-                                      seed=self.seed, trigger=(z, at))
-        if not self._check:
-            return []
-        return self._check.next_arms(self.observations, self.max_trials - self.trials)
+        more = self._check.next_arms(self.observations, self.max_trials - self.trials)
+        if more:
+            return more
+        self._final = self._guarded(self._combine())
+        return []
+
+    def _start_check(self, v: AttributionVerdict) -> "PairedCheck | bool":
+        """The adjacent-pair check of ``v``'s culprits when the readings show the mark of a burst;
+        False when the guard does not run."""
+        if not (self.burst_guard and self.robust and self.hosts == 1 and v.status == "culprits" and v.culprits):
+            return False
+        z, at, noise = burst_evidence(self.observations, v.culprits, higher_is_better=self.higher_is_better)
+        if z < BURST_Z:
+            return False
+        bad = frozenset(self.factors)
+        arms, effects = {}, {}
+        for f in v.culprits:
+            k = self._stage_of(f)
+            base = self.stages[k][0]
+            if self.verdicts[k].hypothesis == "or":    # either member suffices: add it to the good arm
+                arms[f] = (base, base | {f})
+            else:                                      # remove it from the bad arm
+                arms[f] = (bad - {f}, bad)
+            sizes = [abs(math.log(e.effect.ratio)) for e in v.effects
+                     if f in e.name.split("*") and e.effect.ratio > 0]
+            effects[f] = max(sizes) if sizes else 0.0
+        # the spread of repeated arms is the truer noise when the answer's cells mix levels
+        own = self._noise()
+        return PairedCheck(arms, effects, noise=min(noise, own) if own > 0 else noise,
+                           start=len(self.observations), higher_is_better=self.higher_is_better,
+                           min_effect=self.min_effect, seed=self.seed, trigger=(z, at))
 
     def _guarded(self, v: AttributionVerdict) -> AttributionVerdict:
         """The answer less the factors the adjacent pairs did not confirm."""
