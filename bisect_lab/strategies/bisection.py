@@ -284,7 +284,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             return list(self._obs_pos)
         w = np.cumsum(self._post) / float(self._post.sum())        # P(position reads bad)
         last = self.n - 1
-        tied = _tied_hosts(self._obs_pos, self._obs_blk)
+        from .blocks import linked_blocks
+        tied = linked_blocks(self._obs_pos, self._obs_blk)
         return [p if b not in tied else
                 "good" if p == 0 or (p < last and w[p] <= 1 - SKEW_SURE) else
                 "bad" if p == last or w[p] >= SKEW_SURE else p
@@ -317,22 +318,6 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             self._model_check(final=True)
         if not self.done:
             self._finish("inconclusive", reason="budget")
-
-
-def _tied_hosts(positions: list[int], blocks: list) -> set:
-    """The hosts linked to the first one through positions both read (directly or via others)."""
-    reads: dict = {}
-    for p, b in zip(positions, blocks):
-        reads.setdefault(b, set()).add(p)
-    first = blocks[0]
-    tied, frontier = {first}, [first]
-    while frontier:
-        seen = reads[frontier.pop()]
-        for b, ps in reads.items():
-            if b not in tied and ps & seen:
-                tied.add(b)
-                frontier.append(b)
-    return tied
 
 
 # --------------------------------------------------------------------------- library entry

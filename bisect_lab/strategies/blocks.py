@@ -109,6 +109,16 @@ def level_warnings(arms: Sequence[Hashable], blocks: Sequence[Hashable], values:
     return out
 
 
+def linked_blocks(arms: Sequence[Hashable], blocks: Sequence[Hashable]) -> set:
+    """The blocks linked to the first one seen through arms both measured (directly or via others):
+    those whose offset the shared arms identify."""
+    order = list(dict.fromkeys(blocks))
+    if not order:
+        return set()
+    linked = _connected(np.array(_codes(arms)), np.array([order.index(b) for b in blocks]), len(order))
+    return {b for b, ok in zip(order, linked) if ok}
+
+
 def _codes(arms: Sequence[Hashable]) -> list:
     seen: dict = {}
     return [seen.setdefault(a, len(seen)) for a in arms]
