@@ -70,6 +70,13 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200 if ready else 503, {"ready": ready})
         elif self.path == "/generate":
+            with lock:
+                dead = die_after and served >= die_after
+            if dead:
+                # dying (it exits 50 ms after its last answer): a request in that window gets no
+                # answer, as from a crashed server, instead of a reading that races the exit
+                self.close_connection = True
+                return
             value = (100.0 * factor + offset) * random.gauss(1.0, 0.005)
             self._send(200, {"output_throughput": value, "launch": launch})
             with lock:
