@@ -149,7 +149,8 @@ def test_bisect_plans_from_stored_trials_of_its_two_ends(tmp_path):
     seen = re.search(rf"per commit \(budget 80 trials, 6 candidate commits\); the stored trials show "
                      rf"{shas[6][:12]} ([\d.]+)% slower than {good[:12]}: about (\d+) trials per commit settle that",
                      log)
-    assert seen and 20 <= float(seen[1]) <= 30 and int(seen[2]) < int(m[5]), log
+    # (never more than min_effect's count; equal when the noise is so low that both need the minimum)
+    assert seen and 20 <= float(seen[1]) <= 30 and int(seen[2]) <= int(m[5]), log
 
 
 def test_bisect_cut_short_by_its_budget_goes_on_with_a_larger_one(tmp_path):
