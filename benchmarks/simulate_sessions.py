@@ -8,8 +8,9 @@ side by side in the same run, by:
 
   launch   one launch per reading (today): the strategy is told each reading
   fixed5   5 readings per launch: the strategy is told each session's geometric mean
-  auto     readings per launch from stats.sessions.choose_readings on the campaign's own running
-           variance components (a prior until both levels are measured), with the search's floor
+  auto     readings per launch by the product's own rule (campaigns.readings.auto_readings: the
+           two-stage optimum of stats.sessions.choose_readings on the campaign's own running variance
+           components, a prior until they are trusted, 3 readings before any launch), with the search's floor
            (search_floor_var: past a precision of a launch's mean more readings buy no fewer launches)
   auto-nofloor  the same without the floor (the plain two-stage optimum, as auto was before), on auto's seeds
   auto-ips  auto, with the search arms chosen by information per second of launch (strategies.arm_costs,
@@ -44,7 +45,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bisect_lab import attribute_factors  # noqa: E402
-from bisect_lab.stats.sessions import choose_readings, components, search_floor_var  # noqa: E402
+from bisect_lab.campaigns.readings import auto_readings  # noqa: E402
+from bisect_lab.stats.sessions import search_floor_var  # noqa: E402
 from bisect_lab.strategies.arm_costs import ArmCosts  # noqa: E402
 
 FACTORS = ["mla-gather-cast", "oea-topk", "eagle3-draft", "fp8-kv-cache", "radix-evict",
@@ -116,12 +118,11 @@ def make_measure(method: str, m: Machine, costs=None):
         if method == "fixed5":
             return session(active, FIXED_M)
         if method in ("auto", "auto-nofloor", "auto-ips"):
-            vc = components(list(sessions.values())) if sessions else None
-            known_w = vc is not None and vc.df_within >= 3
-            known = known_w and vc.df_between >= 3
-            k = choose_readings(m.launch, 1.0, vc.within_var if known_w else None,
-                                vc.between_var if known else None,
-                                floor_var=0.0 if method == "auto-nofloor" else search_floor_var(MIN_EFFECT)).readings
+            # the product's own rule (campaigns.readings.auto_readings): costs unknown until the
+            # first launch, the same trust thresholds and floors
+            k, _ = auto_readings(m.launch if sessions else None, 1.0 if sessions else None,
+                                 list(sessions.values()),
+                                 floor_var=0.0 if method == "auto-nofloor" else search_floor_var(MIN_EFFECT))
             return session(active, k)
         if active not in alive:                 # naive: one launch per arm, kept alive
             alive[active] = m.start(active)
@@ -193,9 +194,7 @@ def one_comparison(rng, L: int, rho: float, method: str):
         if method == "auto":              # one launch per arm at a time, m re-chosen from the components so far
             a, b, spent = [], [], 0
             while True:
-                vc = components([a, b]) if a else None
-                known = vc is not None and vc.df_between >= 3 and vc.df_within >= 3
-                m = choose_readings(L, 1.0, vc.within_var if known else None, vc.between_var if known else None).readings
+                m, _ = auto_readings(L if a else None, 1.0 if a else None, [a, b])
                 if spent + L + m > BUDGET:
                     break
                 a, b, spent = a + sessions(1, m, 0.0), b + sessions(1, m, lv_b), spent + L + m

@@ -29,6 +29,25 @@ TRUST_DF_WITHIN = 3
 BETWEEN_FLOOR = 0.05
 
 
+def auto_readings(launch_s: float | None, reading_s: float | None, groups, *, hi: int = 20,
+                  floor_var: float = 0.0) -> tuple[int, str]:
+    """``(readings per launch, why)`` from the costs measured so far (None: not yet) and the
+    counted readings so far (``groups``: per arm, per session; ``stats.sessions.components``):
+    the rule ``readings = "auto"`` follows, pure (the session simulation calls it too)."""
+    from ..stats.sessions import choose_readings, components
+    if launch_s is None or reading_s is None:
+        return FIRST_READINGS, (f"{FIRST_READINGS} readings per launch until a launch and a reading "
+                                "have been measured (readings = \"auto\")")
+    comp = components(groups)
+    within = comp.within_var if comp.df_within >= TRUST_DF_WITHIN else None
+    between = None
+    if within is not None and comp.df_between >= TRUST_DF_BETWEEN:
+        between = max(comp.between_var, BETWEEN_FLOOR * within)
+    choice = choose_readings(launch_s, reading_s, within, between, hi=hi, floor_var=floor_var)
+    return choice.readings, (f"{choice.why} (launch {launch_s:.1f} s until ready and stopped, "
+                             f"reading {reading_s:.1f} s)")
+
+
 class AutoReadings:
     """``readings_for(spec) -> int`` for the executor: the cost-aware choice, re-made before each
     launch from what the campaign has stored so far."""
@@ -63,20 +82,8 @@ class AutoReadings:
         return {arm: list(s.values()) for arm, s in by.items()}
 
     def __call__(self, spec: TrialSpec) -> int:
-        from ..stats.sessions import choose_readings, components
         launch_s, reading_s = self.costs()
-        if launch_s is None or reading_s is None:
-            m, why = FIRST_READINGS, (f"{FIRST_READINGS} readings per launch until a launch and a reading "
-                                      "have been measured (readings = \"auto\")")
-        else:
-            comp = components(self.groups())
-            within = comp.within_var if comp.df_within >= TRUST_DF_WITHIN else None
-            between = None
-            if within is not None and comp.df_between >= TRUST_DF_BETWEEN:
-                between = max(comp.between_var, BETWEEN_FLOOR * within)
-            choice = choose_readings(launch_s, reading_s, within, between, hi=self.hi, floor_var=self.floor_var)
-            m, why = choice.readings, (f"{choice.why} (launch {launch_s:.1f} s until ready and stopped, "
-                                       f"reading {reading_s:.1f} s)")
+        m, why = auto_readings(launch_s, reading_s, self.groups(), hi=self.hi, floor_var=self.floor_var)
         with self._lock:
             if m != self._last:
                 self.log(f"readings per launch: {why}")
