@@ -153,19 +153,27 @@ def effects(rows: list[dict], *, min_effect: float, title: str) -> bytes | None:
 
 
 def bisection_path(path: list[tuple[int, float | None]], labels: list[str], *, culprit: int | None,
-                   metric: str, good_level: float | None = None, bad_level: float | None = None) -> bytes | None:
-    """Bisection path: left, each measured commit's values by position (culprit in red); right,
-    which position was measured at each step."""
+                   metric: str, good_level: float | None = None, bad_level: float | None = None,
+                   discounted: set[int] | frozenset[int] = frozenset()) -> bytes | None:
+    """Bisection path: left, each measured commit's values by position (culprit in red; readings
+    the noise model discounted as stalls hollow); right, which position was measured at each step."""
     if not path:
         return None
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [3, 2]})
     n = max(len(labels), max(p for p, _ in path) + 1)
-    for p, v in path:
+    for i, (p, v) in enumerate(path):
         if v is None:
             ax.plot([p], [0], "x", color="#999999", transform=ax.get_xaxis_transform())
             continue
         c = "#555555" if culprit is None else (BAD if p >= culprit else "#2ca02c")
-        ax.plot([p], [v], "o", ms=5, color=c, alpha=0.8)
+        if i in discounted:
+            ax.plot([p], [v], "o", ms=7, mfc="none", color=c, label="discounted (stall)")
+        else:
+            ax.plot([p], [v], "o", ms=5, color=c, alpha=0.8)
+    if discounted:
+        handles = [h for h, lab in zip(*ax.get_legend_handles_labels()) if lab == "discounted (stall)"][:1]
+        if handles:
+            ax.legend(handles, ["discounted (stall)"], fontsize=7, loc="best")
     if culprit is not None:
         ax.axvline(culprit - 0.5, color=BAD, ls="--", lw=1)
         ax.annotate("first bad", (culprit - 0.45, 1.0), xycoords=("data", "axes fraction"), va="top",

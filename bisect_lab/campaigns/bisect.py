@@ -30,6 +30,27 @@ def _info_dict(info) -> dict | None:
             "parents": list(getattr(info, "parents", ()) or ())}
 
 
+def _discounted_line(vd: dict, path: list, trials, metric: str) -> str | None:
+    """The readings the search's noise model left out as stalls, as one warning line: each with its
+    trial number in the campaign (1-based, as progress counts), its commit and its value, found by
+    commit and value among the stored trials (the strategy's path index is its own order)."""
+    idx = [i for i in vd.get("discounted") or [] if 0 <= i < len(path)]
+    if not idx:
+        return None
+    number = {}
+    for k, t in enumerate(trials, 1):
+        v = t.metrics.get(metric) if t.ok else None
+        number.setdefault((t.commit, v), k)
+    shown = []
+    for i in idx[:12]:
+        sha, val = path[i]
+        k = number.get((sha, val))
+        shown.append(f"{'trial ' + str(k) if k else 'a reading'} at {str(sha)[:12]} ({metric} {val:.4g})")
+    more = f", and {len(idx) - 12} more" if len(idx) > 12 else ""
+    return (f"{len(idx)} reading(s) discounted as stalls (far outside the spread of the readings around "
+            f"them; left out of every decision): {', '.join(shown)}{more}")
+
+
 def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = "none",
                    resume: str | bool | None = None, max_trials: int | None = None,
                    terms: dict | None = None) -> BisectResult:
@@ -145,8 +166,10 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         res.untestable = untestable
         res.metric = exp.benchmark.metric
         res.max_trials = budget
-        if host_lines:
-            res.warnings = list(res.warnings or []) + host_lines
+        stalls = _discounted_line(vd, levels[-1]["path"] if levels else [], session.store.trials(cid),
+                                  session.metric)
+        if host_lines or stalls:
+            res.warnings = list(res.warnings or []) + host_lines + ([stalls] if stalls else [])
         if status == "inconclusive" or ex.trials_total >= budget:
             res.resume_with = [resume_option("--max-trials", budget)]
         return res

@@ -114,7 +114,8 @@ def _path_section(res: BisectResult, trials: list[TrialResult], metric: str, sta
         # no stored path (interrupted): rebuild it from the trials in run order
         pos = {sha: i for i, sha in enumerate(labels)}
         path = [(pos.get(t.commit, 0), t.metrics.get(metric) if t.ok else None) for t in trials]
-    png = plots.bisection_path(path, labels, culprit=res.index if status == "culprit" else None, metric=metric)
+    png = plots.bisection_path(path, labels, culprit=res.index if status == "culprit" else None, metric=metric,
+                               discounted=set(res.discounted or []))
     if png:
         s.add(Figure(png, "Left: every measurement by commit position (oldest left). Right: which commit each trial "
                           "measured — the search first confirms both ends, then probes where it learns most.",
@@ -161,6 +162,10 @@ def bisect_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Repor
     sections.append(_path_section(res, trials, metric, status, good, bad, terms))
     sections.append(evidence_section(trials, metric, hib, [], by_commit=True))
     sections += trust_sections(store, trials, metric, hib, ok_values(trials, metric))
+    if res.warnings:
+        w = Section("Warnings")
+        w.add(list(res.warnings))
+        sections.append(w)
     answer += go_on(c, stored)
     return Report(f"bisect-lab report: bisection {c.id}", answer, st,
                   [(terms[0], str(good)[:12]), (terms[1], str(bad)[:12]), ("trials", str(len(trials)))], sections)
