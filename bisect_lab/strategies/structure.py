@@ -1,0 +1,225 @@
+"""The shape of an answer: which named factors act alone, which only together (AND), which each
+do the whole damage (OR), chosen by the measured arms.
+
+A named set of culprits can be explained by independent main effects (additive on the log scale),
+or by groups: an AND group hurts only when all its members are bad (a patch that is gated by an
+env var), an OR group hurts as soon as *any* member is bad (a forgotten sync and an env-gated check
+that each send decoding off CUDA graphs: -82% alone, -83% together). Each group is a formula in
+disjunctive form: a tuple of clauses, each clause a set of factors that must all be bad, the group
+bad when some clause is. ``((a,), (b,))`` is "a or b", ``((a, b),)`` is "a and b",
+``((a,), (b, c))`` is "a, or b and c together".
+
+Every structure over the named factors (a partition into groups, each of the shapes above) is
+fitted by least squares to the log readings (one column per group), and the one with the lowest
+BIC is kept; a structure with groups must beat the additive one by ``BIC_MARGIN`` and predict
+some measured arm differently by half the minimum effect, so that a shape the arms cannot tell
+apart from independent effects is never reported on the strength of parsimony alone. The
+chosen fit then predicts "bad minus X" for every named X (``drop_alone``), with an interval, and
+is checked against the readings of that arm when it was measured.
+
+Pure: numbers in, values out.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+BIC_MARGIN = 2.0          # a structure with groups needs at least "positive" evidence over additive
+PARTNER_BIC = 10.0        # ... and a partner the answer did not name, "very strong" evidence
+MAX_FACTORS = 4           # structures are enumerated for at most this many named factors
+
+Group = tuple[tuple[str, ...], ...]          # clauses (AND inside), OR between them
+
+
+def group_label(g: Group) -> str:
+    """``a|b`` (OR), ``a*b`` (AND, as the interaction terms are named), ``a|(b*c)``."""
+    if len(g) == 1:
+        return "*".join(g[0])
+    return "|".join(c[0] if len(c) == 1 else f"({'*'.join(c)})" for c in g)
+
+
+def group_kind(g: Group) -> str:
+    """"main" (one factor), "and" (one clause of several), "or" (several clauses)."""
+    if len(g) > 1:
+        return "or"
+    return "main" if len(g[0]) == 1 else "and"
+
+
+def group_factors(g: Group) -> tuple[str, ...]:
+    return tuple(sorted({f for c in g for f in c}))
+
+
+def indicator(g: Group, active) -> float:
+    """1 when the group is bad on an arm whose bad factors are ``active``."""
+    return 1.0 if any(all(f in active for f in c) for c in g) else 0.0
+
+
+def _shapes(block: tuple[str, ...]) -> list[Group]:
+    """The groups one block of a partition can form."""
+    if len(block) == 1:
+        return [(block,)]
+    shapes: list[Group] = [(block,), tuple((f,) for f in block)]          # AND, OR
+    if len(block) == 3:                                                    # a, or b and c
+        for a in block:
+            rest = tuple(f for f in block if f != a)
+            shapes.append(((a,), rest))
+    return shapes
+
+
+def _partitions(items: list[str]):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        yield [(first,)] + part
+        for k in range(len(part)):
+            yield part[:k] + [tuple(sorted((first,) + part[k]))] + part[k + 1:]
+
+
+def structures(factors) -> list[tuple[Group, ...]]:
+    """Every structure over ``factors`` (the all-singletons one, additive, first)."""
+    factors = sorted(factors)
+    out = []
+    for part in _partitions(factors):
+        for combo in itertools.product(*(_shapes(b) for b in part)):
+            out.append(tuple(sorted(combo, key=group_label)))
+    out.sort(key=lambda s: (any(len(g) > 1 or len(g[0]) > 1 for g in s), [group_label(g) for g in s]))
+    return out
+
+
+def is_additive(s: tuple[Group, ...]) -> bool:
+    return all(group_kind(g) == "main" for g in s)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A structure fitted to the log readings: coefficients (intercept first), their covariance,
+    residual sd, BIC and the design over the readings."""
+
+    groups: tuple[Group, ...]
+    beta: np.ndarray
+    cov: np.ndarray
+    sd: float
+    bic: float
+    dof: int
+
+    def row(self, active) -> np.ndarray:
+        return np.array([1.0] + [indicator(g, active) for g in self.groups])
+
+    def predict(self, active) -> tuple[float, float]:
+        """Log level of an arm and its standard error."""
+        x = self.row(active)
+        return float(x @ self.beta), float(math.sqrt(max(float(x @ self.cov @ x), 0.0)))
+
+
+def fit(groups: tuple[Group, ...], actives, y) -> Fit | None:
+    """Least squares of ``y`` (log readings) on one column per group; None when the arms cannot
+    estimate every group (rank) or leave fewer than three residual degrees of freedom."""
+    y = np.asarray(y, dtype=float)
+    D = np.array([[1.0] + [indicator(g, a) for g in groups] for a in actives])
+    n, p = D.shape
+    if n < p + 3 or np.linalg.matrix_rank(D) < p:
+        return None
+    beta, *_ = np.linalg.lstsq(D, y, rcond=None)
+    resid = y - D @ beta
+    rss = float(resid @ resid)
+    s2 = max(rss / (n - p), 1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inv = np.linalg.pinv(D.T @ D)
+    cov = s2 * inv
+    # HC3 where it is wider: an arm of its own noise (the H200's eager bad arm) must not be
+    # predicted with the good arm's precision
+    h = np.einsum("ij,jk,ik->i", D, inv, D)
+    w = resid ** 2 / np.maximum(1 - h, 1e-6) ** 2
+    hc3 = inv @ (D.T * w) @ D @ inv
+    if np.all(np.isfinite(hc3)) and np.trace(hc3) > np.trace(cov):
+        cov = hc3
+    bic = n * math.log(max(rss, 1e-300) / n) + (p + 1) * math.log(n)
+    return Fit(groups, beta, cov, math.sqrt(s2), bic, n - p)
+
+
+def _distinct(a: Fit, b: Fit, arms, tol: float) -> bool:
+    """Do two fits predict some measured arm differently by at least ``tol`` (log scale)?"""
+    return any(abs(a.predict(arm)[0] - b.predict(arm)[0]) >= tol for arm in arms)
+
+
+def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | None, Fit | None]:
+    """``(chosen, additive)``: the lowest-BIC structure over ``culprits`` and the additive fit.
+
+    A structure with groups is chosen only when it beats the additive one by ``BIC_MARGIN`` and
+    the two predict some measured arm apart by half the minimum effect."""
+    culprits = sorted(culprits)
+    additive = fit(tuple(((c,),) for c in culprits), actives, y)
+    if len(culprits) > MAX_FACTORS or len(culprits) < 1:
+        return additive, additive
+    arms = set(map(frozenset, actives))
+    tol = 0.5 * math.log1p(min_effect)
+    best = additive
+    for s in structures(culprits):
+        if is_additive(s):
+            continue
+        f = fit(s, actives, y)
+        if f is None or (best is not None and f.bic >= best.bic):
+            continue
+        if additive is not None and (additive.bic - f.bic < BIC_MARGIN or not _distinct(f, additive, arms, tol)):
+            continue
+        best = f
+    return best, additive
+
+
+def required_partners(chosen: Fit, culprits, others, actives, y, *, min_effect: float = 0.02) -> dict[str, str]:
+    """Factors the answer did not name that its readings require beside a named one: for a named
+    ``c`` and an unnamed ``f``, every clause with ``c`` made ``c and f``; ``{f: c}`` when that fits
+    better by ``PARTNER_BIC`` and predicts some measured arm apart by the minimum effect (a gated
+    patch named without its gate: the arms with the patch but not the gate read good)."""
+    out: dict[str, str] = {}
+    if len(culprits) >= MAX_FACTORS:
+        return out
+    arms = set(map(frozenset, actives))
+    tol = math.log1p(min_effect)
+    for c in sorted(culprits):
+        best = None
+        for f in sorted(others):
+            if f in out:
+                continue
+            groups = tuple(tuple(tuple(sorted(cl + (f,))) if c in cl else cl for cl in g) for g in chosen.groups)
+            alt = fit(groups, actives, y)
+            if (alt is not None and chosen.bic - alt.bic >= PARTNER_BIC and _distinct(alt, chosen, arms, tol)
+                    and (best is None or alt.bic < best[0])):
+                best = (alt.bic, f)
+        if best is not None:
+            out[best[1]] = c
+    return out
+
+
+def drop_alone(chosen: Fit, culprits, bad: frozenset, actives, y, *, alpha: float = 0.05,
+               min_effect: float = 0.02) -> list[dict]:
+    """For each named factor X: the metric the fit predicts for "bad minus X" (with its interval),
+    the change from "bad" it implies, and, when that arm was measured, its measured mean and
+    whether the two agree (within the combined interval, or closer than the minimum effect)."""
+    from scipy import stats as st
+    q = float(st.t.ppf(1 - alpha / 2, max(1, chosen.dof)))
+    ybad, _ = chosen.predict(bad)
+    y = np.asarray(y, dtype=float)
+    out = []
+    for x in sorted(culprits):
+        arm = bad - {x}
+        mu, se = chosen.predict(arm)
+        row = {"factor": x, "arm": sorted(arm), "predicted": math.exp(mu),
+               "predicted_low": math.exp(mu - q * se), "predicted_high": math.exp(mu + q * se),
+               "predicted_change": math.expm1(mu - ybad), "measured": None, "n": 0, "agrees": None}
+        vals = np.array([v for a, v in zip(actives, y) if frozenset(a) == arm])
+        if vals.size:
+            m = float(vals.mean())
+            se_m = (float(vals.std(ddof=1)) if vals.size > 1 else chosen.sd) / math.sqrt(vals.size)
+            gap = abs(m - mu)
+            row.update(measured=math.exp(m), n=int(vals.size),
+                       agrees=bool(gap <= q * math.hypot(se, se_m) or gap < math.log1p(min_effect)))
+        out.append(row)
+    return out
