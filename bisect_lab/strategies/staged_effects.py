@@ -144,7 +144,7 @@ class StructuredEffects:
                              f"from 'bad' by the answer's model ({text}), but 'bad minus {d['factor']}' measured "
                              f"{d['measured'] / math.exp(chosen.predict(bad)[0]) - 1:+.0%} ({d['n']} readings): "
                              "the answer does not fit that arm")
-        kinds = {g["kind"] for g in groups} - {"main"}
+        kinds = {g["kind"] for g in groups} - {"main", "interaction", "together"}
         extra = dict(v.extra)
         extra["structure"] = {"kind": "additive" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed",
                               "groups": groups, "text": text,
@@ -164,12 +164,14 @@ class StructuredEffects:
         effects = loglinear_effects(y, cols, labels, kinds, alpha=self.alpha, shares_of="references",
                                     whole=self._contrast(obs))
         interactions = []
+        total = sum(math.log(e.effect.ratio) for e in effects if e.effect.ratio > 0)
         for g, e in zip(chosen.groups, effects):
-            kind = shapes.group_kind(g)
-            if kind == "main":
-                continue
+            kind = self._kind_in(g, chosen.groups)
             names = shapes.group_factors(g)
-            interactions.append(Interaction(names, kind, e.effect, self._group_text(g, e.effect.ratio, obs, y)))
+            if kind == "interaction":
+                interactions.append(synergy(names, e.effect, total))
+            elif kind in ("and", "or"):       # "together": told in its OR group's line
+                interactions.append(Interaction(names, kind, e.effect, self._group_text(g, e.effect.ratio, obs, y)))
         return effects, interactions
 
     def _together(self, g, obs, y) -> float | None:
@@ -179,9 +181,26 @@ class StructuredEffects:
         b = [v for o, v in zip(obs, y) if not o.active]
         return math.exp(float(np.mean(a)) - float(np.mean(b))) if a and b else None
 
-    def _group_text(self, g, ratio: float, obs, y) -> str:
+    @staticmethod
+    def _kind_in(g, groups) -> str:
+        """A group's kind in its structure: an AND term beside its members' own main effects is an
+        "interaction"; beside an OR group of the same factors, "together" (what all of them bad
+        add to the OR's damage)."""
         kind = shapes.group_kind(g)
+        if kind == "and" and shapes.is_additive(groups):
+            return "interaction"
+        if kind == "and" and any(shapes.group_kind(o) == "or" and shapes.group_factors(o) == shapes.group_factors(g)
+                                 for o in groups):
+            return "together"
+        return kind
+
+    def _group_text(self, g, ratio: float, obs, y, kind: str | None = None) -> str:
+        kind = kind or shapes.group_kind(g)
         names = shapes.group_factors(g)
+        if kind == "interaction":
+            return f"{' x '.join(names)} beyond their own effects: {_pct(ratio)}"
+        if kind == "together":
+            return f"{' and '.join(names)} all bad add {_pct(ratio)} to that"
         if kind == "main":
             return f"{names[0]}: {_pct(ratio)}"
         if kind == "and":
@@ -198,8 +217,9 @@ class StructuredEffects:
         q = float(st.t.ppf(1 - self.alpha / 2, max(1, chosen.dof)))
         b = float(chosen.beta[k])
         together = self._together(g, obs, y)
-        return {"factors": list(shapes.group_factors(g)), "kind": shapes.group_kind(g),
+        kind = self._kind_in(g, chosen.groups)
+        return {"factors": list(shapes.group_factors(g)), "kind": kind,
                 "label": shapes.group_label(g),
                 "clauses": [list(c) for c in g],
                 "effect": RatioEstimate(math.exp(b), math.exp(b - q * se), math.exp(b + q * se)).to_dict(),
-                "together": together, "text": self._group_text(g, math.exp(b), obs, y)}
+                "together": together, "text": self._group_text(g, math.exp(b), obs, y, kind)}

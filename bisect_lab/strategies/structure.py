@@ -7,7 +7,8 @@ env var), an OR group hurts as soon as *any* member is bad (a forgotten sync and
 that each send decoding off CUDA graphs: -82% alone, -83% together). Each group is a formula in
 disjunctive form: a tuple of clauses, each clause a set of factors that must all be bad, the group
 bad when some clause is. ``((a,), (b,))`` is "a or b", ``((a, b),)`` is "a and b",
-``((a,), (b, c))`` is "a, or b and c together".
+``((a,), (b, c))`` is "a, or b and c together". An OR group may come with an AND group of the
+same factors: what all of them bad together add (the H200 story: -82% either alone, -83% both).
 
 Every structure over the named factors (a partition into groups, each of the shapes above) is
 fitted by least squares to the log readings (one column per group), and the one with the lowest
@@ -58,15 +59,17 @@ def indicator(g: Group, active) -> float:
     return 1.0 if any(all(f in active for f in c) for c in g) else 0.0
 
 
-def _shapes(block: tuple[str, ...]) -> list[Group]:
-    """The groups one block of a partition can form."""
+def _shapes(block: tuple[str, ...]) -> list[tuple[Group, ...]]:
+    """The groups one block of a partition can form: AND, OR, OR with a term of its own for all
+    members bad together (-82% either alone, -83% together), and for three: a, or b and c."""
     if len(block) == 1:
-        return [(block,)]
-    shapes: list[Group] = [(block,), tuple((f,) for f in block)]          # AND, OR
-    if len(block) == 3:                                                    # a, or b and c
+        return [((block,),)]
+    either: Group = tuple((f,) for f in block)
+    shapes: list[tuple[Group, ...]] = [((block,),), (either,), (either, (block,))]
+    if len(block) == 3:
         for a in block:
             rest = tuple(f for f in block if f != a)
-            shapes.append(((a,), rest))
+            shapes.append((((a,), rest),))
     return shapes
 
 
@@ -87,13 +90,29 @@ def structures(factors) -> list[tuple[Group, ...]]:
     out = []
     for part in _partitions(factors):
         for combo in itertools.product(*(_shapes(b) for b in part)):
-            out.append(tuple(sorted(combo, key=group_label)))
+            # a group's own terms together, its OR line before what all of it adds
+            out.append(tuple(sorted((g for shape in combo for g in shape),
+                                    key=lambda g: (group_factors(g), group_kind(g) != "or"))))
     out.sort(key=lambda s: (any(len(g) > 1 or len(g[0]) > 1 for g in s), [group_label(g) for g in s]))
     return out
 
 
 def is_additive(s: tuple[Group, ...]) -> bool:
-    return all(group_kind(g) == "main" for g in s)
+    """Every factor has a main effect of its own (pairwise interaction terms may come beside)."""
+    mains = {g[0][0] for g in s if group_kind(g) == "main"}
+    return all(f in mains for g in s for f in group_factors(g))
+
+
+def additive_family(factors) -> list[tuple[Group, ...]]:
+    """The additive structures: main effects alone, with one pairwise interaction term, with all
+    (what the joint re-fit reports): a synergy beside an AND pair is not a structure of groups."""
+    factors = sorted(factors)
+    mains = tuple(((c,),) for c in factors)
+    pairs = [((a, b),) for a, b in itertools.combinations(factors, 2)]
+    out = [mains] + [mains + (p,) for p in pairs]
+    if len(pairs) > 1:
+        out.append(mains + tuple(pairs))
+    return out
 
 
 @dataclass(frozen=True)
@@ -150,13 +169,20 @@ def _distinct(a: Fit, b: Fit, arms, tol: float) -> bool:
 
 
 def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | None, Fit | None]:
-    """``(chosen, additive)``: the lowest-BIC structure over ``culprits`` and the additive fit.
+    """``(chosen, additive)``: the lowest-BIC structure over ``culprits`` and the best additive fit
+    (main effects, with pairwise interaction terms or without).
 
-    A structure with groups is chosen only when it beats the additive one by ``BIC_MARGIN`` and
-    the two predict some measured arm apart by half the minimum effect."""
+    A structure with groups is chosen only when it also beats main effects alone by ``BIC_MARGIN``
+    and the two predict some measured arm apart by half the minimum effect: an OR pair is
+    "a, b and their interaction" with the two effects equal, and is told by the fewer terms."""
     culprits = sorted(culprits)
-    additive = fit(tuple(((c,),) for c in culprits), actives, y)
-    if len(culprits) > MAX_FACTORS or len(culprits) < 1:
+    family = additive_family(culprits) if len(culprits) <= MAX_FACTORS else additive_family(culprits)[:1]
+    fits = [f for f in (fit(s, actives, y) for s in family) if f is not None]
+    if not fits:
+        return None, None
+    mains = fits[0] if fits[0].groups == family[0] else None
+    additive = min(fits, key=lambda f: f.bic)
+    if len(culprits) > MAX_FACTORS or mains is None:
         return additive, additive
     arms = set(map(frozenset, actives))
     tol = 0.5 * math.log1p(min_effect)
@@ -165,9 +191,10 @@ def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | Non
         if is_additive(s):
             continue
         f = fit(s, actives, y)
-        if f is None or (best is not None and f.bic >= best.bic):
+        if f is None or f.bic >= best.bic:
             continue
-        if additive is not None and (additive.bic - f.bic < BIC_MARGIN or not _distinct(f, additive, arms, tol)):
+        # against independent effects, more than parsimony: evidence, and an arm read apart
+        if mains.bic - f.bic < BIC_MARGIN or not _distinct(f, mains, arms, tol):
             continue
         best = f
     return best, additive
