@@ -17,6 +17,9 @@ from .decomposition import loglinear_effects, synergy
 from . import structure as shapes
 
 
+LACK_OF_FIT_P = 0.01      # an undecided search's structure must fit every measured arm at least this well
+
+
 def _pct(ratio: float) -> str:
     return f"{ratio - 1:+.0%}"
 
@@ -111,23 +114,19 @@ class StructuredEffects:
     def _with_structure(self, v: AttributionVerdict) -> AttributionVerdict:
         """``v`` with its effects in the structure the measured arms choose, its drop-alone
         predictions and model check in ``extra``, and any partner the readings require named."""
+        if self.structure and v.status == "inconclusive":
+            v = self._rescued(v) or v
         if not self.structure or v.status != "culprits" or not v.culprits:
             return v
         obs = [o for o in self.observations if o.ok]
         actives = [o.active for o in obs]
         y = np.log([o.value for o in obs])
         culprits = sorted(v.culprits)
-        chosen, additive = shapes.choose(culprits, actives, y, min_effect=self.min_effect)
+        culprits, chosen, additive, partners = self._with_partners(culprits, actives, y)
         if chosen is None:
             return v
         notes = []
-        partners = shapes.required_partners(chosen, culprits, sorted(set(self.factors) - set(culprits)),
-                                            actives, y, min_effect=self.min_effect)
         if partners:
-            culprits = sorted(set(culprits) | set(partners))
-            chosen, additive = shapes.choose(culprits, actives, y, min_effect=self.min_effect)
-            if chosen is None:
-                return v
             for f, c in sorted(partners.items()):
                 notes.append(f"{f} named with {c}: the readings need both (the arms with {c} bad but {f} "
                              f"good do not read as {c} alone would make them)")
@@ -154,6 +153,47 @@ class StructuredEffects:
         extra["model_check"] = [d["factor"] for d in drop if d["agrees"] is False]
         return replace(v, culprits=culprits, effects=tuple(effects), interactions=tuple(interactions),
                        warnings=tuple(dict.fromkeys(tuple(v.warnings) + tuple(notes))), extra=extra)
+
+    def _with_partners(self, culprits, actives, y):
+        """``(culprits, chosen, additive, partners)``: the structure over ``culprits`` and every
+        factor its readings require beside them, added until none is (a 3-way AND named by one
+        member needs two rounds)."""
+        culprits = sorted(culprits)
+        partners: dict[str, str] = {}
+        chosen, additive = shapes.choose(culprits, actives, y, min_effect=self.min_effect)
+        while chosen is not None and len(culprits) < shapes.MAX_FACTORS:
+            more = shapes.required_partners(chosen, culprits, sorted(set(self.factors) - set(culprits)),
+                                            actives, y, min_effect=self.min_effect)
+            if not more:
+                break
+            partners.update(more)
+            culprits = sorted(set(culprits) | set(more))
+            chosen, additive = shapes.choose(culprits, actives, y, min_effect=self.min_effect)
+        return culprits, chosen, additive, partners
+
+    def _rescued(self, v: AttributionVerdict) -> AttributionVerdict | None:
+        """An answer no one-stage hypothesis could hold (a 3-way AND ran to the budget with its
+        members the leading candidates): named when, after a confirmed regression, a structure
+        over the likely factors (probability >= 0.5) and any partner their readings require has
+        every term material and significant, and fits every measured arm (lack of fit p > 0.01)."""
+        if not self.robust or (v.extra or {}).get("gate") != "regression":
+            return None
+        top = sorted(f for f, p in v.candidates if p >= 0.5)
+        if not 1 <= len(top) <= shapes.MAX_FACTORS:
+            return None
+        obs = [o for o in self.observations if o.ok]
+        actives = [o.active for o in obs]
+        y = np.log([o.value for o in obs])
+        top, chosen, _, _ = self._with_partners(top, actives, y)
+        if (chosen is None or not shapes.material_groups(chosen, alpha=self.alpha, min_effect=self.min_effect)
+                or shapes.lack_of_fit_p(chosen, actives, y) <= LACK_OF_FIT_P):
+            return None
+        text = "; ".join(self._group_text(g, math.exp(float(b)), obs, y, self._kind_in(g, chosen.groups))
+                         for g, b in zip(chosen.groups, chosen.beta[1:]))
+        note = (f"{', '.join(top)}: named by the structure fit after the search ended undecided (no one- or "
+                f"two-factor hypothesis holds them): every measured arm fits '{text}'")
+        warnings = tuple(w for w in v.warnings if not w.startswith("budget ran out before one explanation"))
+        return replace(v, status="culprits", culprits=top, hypothesis="structure", warnings=warnings + (note,))
 
     def _group_effects(self, chosen, obs, y):
         """Effects of the chosen structure's groups (shares of the whole regression) and an

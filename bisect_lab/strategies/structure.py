@@ -203,7 +203,7 @@ def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | Non
         return additive, additive
     arms = set(map(frozenset, actives))
     tol = 0.5 * math.log1p(min_effect)
-    candidates = list(fits)
+    grouped = []
     for s in structures(culprits):
         if is_additive(s):
             continue
@@ -211,36 +211,39 @@ def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | Non
         # against independent effects, more than parsimony: evidence, and an arm read apart
         if (f is not None and mains.bic - f.bic >= BIC_MARGIN and _distinct(f, mains, arms, tol)
                 and _or_holds(f, min_effect)):
-            candidates.append(f)
-    # of the fits within BIC_MARGIN of the best, the one with the fewest terms: an OR pair and
-    # "a, b and an interaction" fit an OR truth alike, and two more terms had won on noise
-    top = min(f.bic for f in candidates)
-    best = min((f for f in candidates if f.bic <= top + BIC_MARGIN), key=lambda f: (len(f.groups), f.bic))
-    return best, additive
+            grouped.append(f)
+    if not grouped:
+        return additive, additive
+    best = min(grouped, key=lambda f: f.bic)
+    # within BIC_MARGIN of the additive fit, the groups when they need fewer terms: an OR pair and
+    # "a, b and their interaction" fit an OR truth alike, and the extra term had won on noise
+    if best.bic < additive.bic or (best.bic <= additive.bic + BIC_MARGIN and len(best.groups) < len(additive.groups)):
+        return best, additive
+    return additive, additive
 
 
 def required_partners(chosen: Fit, culprits, others, actives, y, *, min_effect: float = 0.02) -> dict[str, str]:
     """Factors the answer did not name that its readings require beside a named one: for a named
     ``c`` and an unnamed ``f``, every clause with ``c`` made ``c and f``; ``{f: c}`` when that fits
     better by ``PARTNER_BIC`` and predicts some measured arm apart by the minimum effect (a gated
-    patch named without its gate: the arms with the patch but not the gate read good)."""
+    patch named without its gate: the arms with the patch but not the gate read good). At most
+    one, the best: the caller asks again with it added."""
     out: dict[str, str] = {}
     if len(culprits) >= MAX_FACTORS:
         return out
     arms = set(map(frozenset, actives))
     tol = math.log1p(min_effect)
+    best = None
     for c in sorted(culprits):
-        best = None
         for f in sorted(others):
-            if f in out:
-                continue
             groups = tuple(tuple(tuple(sorted(cl + (f,))) if c in cl else cl for cl in g) for g in chosen.groups)
             alt = fit(groups, actives, y)
             if (alt is not None and chosen.bic - alt.bic >= PARTNER_BIC and _distinct(alt, chosen, arms, tol)
                     and (best is None or alt.bic < best[0])):
-                best = (alt.bic, f)
-        if best is not None:
-            out[best[1]] = c
+                best = (alt.bic, f, c)
+    # one at a time (the best): a second must then improve on the structure with the first
+    if best is not None:
+        out[best[1]] = best[2]
     return out
 
 
@@ -290,3 +293,34 @@ def drop_alone(chosen: Fit, culprits, bad: frozenset, actives, y, *, alpha: floa
                        agrees=bool(gap <= qc * math.hypot(se * scale, se_m) or gap < math.log1p(min_effect)))
         out.append(row)
     return out
+
+
+def lack_of_fit_p(f: Fit, actives, y) -> float:
+    """The F test of ``f`` against the arm means (pure error within arms); 1.0 when too few arms
+    or repeats to judge."""
+    from scipy import stats as st
+    y = np.asarray(y, dtype=float)
+    arms: dict[frozenset, list[int]] = {}
+    for i, a in enumerate(actives):
+        arms.setdefault(frozenset(a), []).append(i)
+    n, k, p = len(y), len(arms), len(f.groups) + 1
+    pure = sum(float(((y[ix] - y[ix].mean()) ** 2).sum()) for ix in map(np.array, arms.values()))
+    resid = y - np.array([f.row(a) @ f.beta for a in actives])
+    rss = float(resid @ resid)
+    if k <= p or n <= k or pure <= 0:
+        return 1.0
+    F = ((rss - pure) / (k - p)) / (pure / (n - k))
+    return float(st.f.sf(F, k - p, n - k))
+
+
+def material_groups(f: Fit, *, alpha: float = 0.05, min_effect: float = 0.02) -> bool:
+    """Is every group's term at least the minimum effect, its interval excluding no change?"""
+    from scipy import stats as st
+    q = float(st.t.ppf(1 - alpha / 2, max(1, f.dof)))
+    me = math.log1p(min_effect)
+    for k in range(1, len(f.groups) + 1):
+        b, se = float(f.beta[k]), math.sqrt(max(float(f.cov[k, k]), 0.0))
+        if abs(b) < me or abs(b) <= q * se:
+            return False
+    return True
+
