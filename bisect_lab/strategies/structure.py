@@ -185,6 +185,28 @@ def _or_holds(f: Fit, min_effect: float) -> bool:
     return True
 
 
+def _own_effects_immaterial(f: Fit, min_effect: float) -> bool:
+    """Does an additive fit with interaction terms give every member of each interaction an own
+    effect too small to matter (under the minimum effect or a quarter of the interaction, or not
+    significant)? Then it is an AND pattern read with noise in its main terms (the joint re-fit's
+    rule: -2% each beside -16% together reads as "only when both")."""
+    from scipy import stats as st
+    q = float(st.t.ppf(0.975, max(1, f.dof)))
+    me = math.log1p(min_effect)
+    col = {group_label(g): k + 1 for k, g in enumerate(f.groups)}
+    inter = [(g, k + 1) for k, g in enumerate(f.groups) if group_kind(g) == "and"]
+    if not inter:
+        return False
+    for g, k in inter:
+        joint = abs(float(f.beta[k]))
+        for m in g[0]:
+            j = col[m]
+            b, se = abs(float(f.beta[j])), math.sqrt(max(float(f.cov[j, j]), 0.0))
+            if b >= max(me, 0.25 * joint) and b > q * se:
+                return False
+    return True
+
+
 def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | None, Fit | None]:
     """``(chosen, additive)``: the lowest-BIC structure over ``culprits`` and the best additive fit
     (main effects, with pairwise interaction terms or without).
@@ -215,9 +237,12 @@ def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | Non
     if not grouped:
         return additive, additive
     best = min(grouped, key=lambda f: f.bic)
-    # within BIC_MARGIN of the additive fit, the groups when they need fewer terms: an OR pair and
-    # "a, b and their interaction" fit an OR truth alike, and the extra term had won on noise
-    if best.bic < additive.bic or (best.bic <= additive.bic + BIC_MARGIN and len(best.groups) < len(additive.groups)):
+    # the groups unless each further term of the additive fit earns BIC_MARGIN: an OR pair and
+    # "a, b and their interaction" fit an OR truth alike, and an AND pair "a, b and their
+    # interaction" with own effects of +-3% (noise): the extra terms had won on noise
+    extra = len(additive.groups) - len(best.groups)
+    if (best.bic < additive.bic or (extra > 0 and best.bic <= additive.bic + BIC_MARGIN * extra)
+            or _own_effects_immaterial(additive, min_effect)):
         return best, additive
     return additive, additive
 
