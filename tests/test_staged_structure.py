@@ -159,3 +159,19 @@ def test_cli_names_two_patches_that_each_cause_the_whole_regression(tmp_path):
     md = (tmp_path / "r.md").read_text()
     assert re.search(r"Structure chosen by the measured arms \(redundancy \(OR\)\): either of synca, syncb", md), md
     assert "| drop alone from bad |" in md
+
+
+def test_a_three_way_and_is_named_by_its_structure():
+    """8% only when f1, f4 and f6 are all bad: no one- or two-factor hypothesis holds it, so the
+    search may end undecided; the structure over its likely factors and their required partners
+    then names all three, as one AND group."""
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+
+        def measure(active):
+            lv = math.log(0.92) if {"f1", "f4", "f6"} <= active else 0.0
+            return 100.0 * math.exp(lv + rng.normal(0, 0.03))
+        v = attribute_factors(FACTORS, measure, seed=seed, max_trials=400)
+        assert v.culprits == ["f1", "f4", "f6"], (seed, v.status, v.culprits, v.candidates[:4])
+        groups = [g for g in v.extra["structure"]["groups"] if g["kind"] == "and"]
+        assert [g["factors"] for g in groups] == [["f1", "f4", "f6"]], v.extra["structure"]

@@ -176,8 +176,8 @@ class StructuredEffects:
         members the leading candidates): named when, after a confirmed regression, a structure
         over the likely factors (probability >= 0.5) and any partner their readings require has
         every term material and significant, and fits every measured arm (lack of fit p > 0.01)."""
-        if not self.robust or (v.extra or {}).get("gate") != "regression":
-            return None
+        if not self.robust or (v.extra or {}).get("gate") != "regression" or getattr(self, "_check", None):
+            return None         # the burst guard's pairs, where they ran, have the last word
         top = sorted(f for f, p in v.candidates if p >= 0.5)
         if not 1 <= len(top) <= shapes.MAX_FACTORS:
             return None
