@@ -131,7 +131,7 @@ class StructuredEffects:
                 notes.append(f"{f} named with {c}: the readings need both (the arms with {c} bad but {f} "
                              f"good do not read as {c} alone would make them)")
         effects, interactions = tuple(v.effects), tuple(v.interactions)
-        if not shapes.is_additive(chosen.groups) or partners:
+        if not shapes.is_additive(chosen.groups) or partners or not effects:    # (rescued: none yet)
             effects, interactions = self._group_effects(chosen, obs, y)
         bad = frozenset(self.factors)
         drop = shapes.drop_alone(chosen, culprits, bad, actives, y, alpha=self.alpha, min_effect=self.min_effect)
