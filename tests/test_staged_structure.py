@@ -175,3 +175,17 @@ def test_a_three_way_and_is_named_by_its_structure():
         assert v.culprits == ["f1", "f4", "f6"], (seed, v.status, v.culprits, v.candidates[:4])
         groups = [g for g in v.extra["structure"]["groups"] if g["kind"] == "and"]
         assert [g["factors"] for g in groups] == [["f1", "f4", "f6"]], v.extra["structure"]
+
+
+def test_structure_benchmark_smoke():
+    """benchmarks/simulate_attribution.py --structure runs and prints both methods of its cells."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "simulate_attribution.py"), "--structure",
+                        "--only", "gated15", "--reps", "2", "--jobs", "1"], capture_output=True, text=True,
+                       timeout=300, cwd=root)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [line for line in p.stdout.splitlines() if "| attribution" in line or "| nostruct" in line]
+    assert len(rows) == 2 and ("MET" in rows[0] or "MISSED" in rows[0]), p.stdout
