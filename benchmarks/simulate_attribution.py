@@ -12,6 +12,7 @@ right tail without), embedded below so the script runs anywhere.
     python benchmarks/simulate_attribution.py --reps 400 --only one5 --jobs 4
     python benchmarks/simulate_attribution.py --thorough --only two20_5,one25   # + --strategy thorough
     python benchmarks/simulate_attribution.py --extra --no-baseline --reps 50 --first-seed 1000
+    python benchmarks/simulate_attribution.py --structure --reps 40 --jobs 1   # answer shapes (issue #23)
 """
 from __future__ import annotations
 
@@ -160,6 +161,110 @@ EXTRA_SCENARIOS = [
 ]
 
 
+# --structure (issue #23): truths whose shape the answer must report, side by side with the strategy
+# before the structure was chosen (structure=False): the H200 OR story, a gated pair, and two of the
+# robustness cells
+STRUCTURE_SCENARIOS = [
+    Scenario("orstory", "OR story: either of two -82%, both -83%, a third -10%, CV 3%", (10,),
+             (0.82, 0.83, 0.10), kind="orstory"),
+    Scenario("gated15", "gated pair: 15% only when both bad (AND), CV 3%", (10,), (0.15, 0.0), kind="and"),
+]
+
+
+def _truth_shape(sc: Scenario, order: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The groups of several factors the answer should report, as (kind, factors)."""
+    if sc.kind == "orstory":
+        return [("or", tuple(sorted(order[:2])))]
+    if sc.kind == "and":
+        return [("and", tuple(sorted(order)))]
+    if sc.kind == "story":
+        return [("and", tuple(sorted(order[1:])))]
+    return []
+
+
+def run_structure(args):
+    """One run for --structure: (key, n, method, named in full, structure right, the share of its
+    drop-alone predictions whose interval holds the truth (None unless named in full), trials)."""
+    key, n, rep, method = args
+    from bisect_lab.strategies.staged import StagedAttribution
+    sc = scenario(key)
+    names, measure, truth, counter = seeded_measure(key, n, rep)
+    seen = []
+
+    def recording(active):
+        v = measure(active)
+        seen.append((frozenset(active), v))
+        return v
+    v = drive(StagedAttribution(names, seed=rep, max_trials=400, structure=method == "attribution"), recording)
+    full = v.status == "culprits" and v.culprits == truth
+    want = sorted(_truth_shape(sc, measure.culprits))
+    if method == "attribution":
+        st = v.extra.get("structure") or {}
+        got = sorted((g["kind"], tuple(g["factors"])) for g in st.get("groups", []) if g["kind"] in ("or", "and"))
+    else:
+        got = sorted((i.kind, tuple(sorted(i.factors))) for i in v.interactions if i.kind in ("or", "and"))
+    within = None
+    if full:
+        bad = frozenset(names)
+        within = []
+        for x in truth:
+            real = 1000.0 * math.exp(measure.level(bad - {x})[0])
+            if method == "attribution":
+                d = next(d for d in v.extra["drop_alone"] if d["factor"] == x)
+                lo, hi = d["predicted_low"], d["predicted_high"]
+            else:       # what the reported effects imply: bad's readings, each term of x taken out
+                gb = math.exp(np.mean([math.log(val) for a, val in seen if a == bad and val]))
+                terms = [e.effect for e in v.effects if x in e.name.replace("|", "*").split("*")]
+                r = float(np.prod([t.ratio for t in terms])) if terms else 1.0
+                lo_r = float(np.prod([t.ci_low for t in terms])) if terms else 1.0
+                hi_r = float(np.prod([t.ci_high for t in terms])) if terms else 1.0
+                lo, hi = gb / max(hi_r, r), gb / min(lo_r, r)
+            within.append(lo <= real <= hi)
+        within = float(np.mean(within))
+    return key, n, method, full, got == want, within, v.trials
+
+
+def structure_table(a) -> int:
+    """--structure: the structure cells, the default beside structure=False, in one run."""
+    reps = a.reps or (20 if a.quick else 100)
+    only = set(filter(None, a.only.split(",")))
+    keys = [s.key for s in STRUCTURE_SCENARIOS] + ["story", "three1064", "and3"]
+    keys = [k for k in keys if not only or k in only]
+    seeds = range(a.first_seed, a.first_seed + reps)
+    tasks = [(k, n, r, m) for k in keys for n in scenario(k).n_factors for m in ("attribution", "nostruct")
+             for r in seeds]
+    t0 = time.time()
+    if a.jobs > 1:
+        with mp.Pool(a.jobs) as pool:
+            res = pool.map(run_structure, tasks, chunksize=4)
+    else:
+        res = [run_structure(t) for t in tasks]
+    print(f"# structure cells: {reps} repetitions per cell, seeds {seeds.start}..{seeds.stop - 1}, "
+          f"{a.jobs} job(s), {time.time() - t0:.0f} s")
+    hdr = (f"{'scenario':<62} {'N':>3} | {'method':<11} {'full':>6} {'shape':>6} {'drop-in':>7} {'mean':>6} | target")
+    print(hdr)
+    print("-" * len(hdr))
+    for k in keys:
+        sc = scenario(k)
+        for n in sc.n_factors:
+            for m in ("attribution", "nostruct"):
+                rows = [r for r in res if r[0] == k and r[1] == n and r[2] == m]
+                full = np.mean([r[3] for r in rows])
+                shape = np.mean([r[3] and r[4] for r in rows])
+                named = [r[5] for r in rows if r[5] is not None]
+                drop = np.mean(named) if named else float("nan")
+                tgt = ""
+                if m == "attribution":
+                    met = full >= 0.9 and shape >= 0.9
+                    tgt = "full & shape >= 90%: " + ("MET" if met else "MISSED")
+                print(f"{sc.title if m == 'attribution' else '':<62} {n:>3} | {m:<11} {full:>6.1%} {shape:>6.1%} "
+                      f"{drop:>7.1%} {np.mean([r[6] for r in rows]):>6.1f} | {tgt}")
+    print("full: culprits named in full; shape: named in full and the OR / AND groups exactly the truth's "
+          "(none for additive truths); drop-in: of the runs named in full, the share of drop-alone predictions "
+          "whose 95% interval holds the true level of 'bad minus X'")
+    return 0
+
+
 def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
     """A measure(active) with hidden ground truth; returns (measure, culprit names, calls list)."""
     names = [f"f{k:02d}" for k in range(n)]
@@ -183,6 +288,9 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
         if sc.kind == "or":
             hit = any(on)
             return (math.log1p(-sc.effects[0]) if hit else 0.0), hit
+        if sc.kind == "orstory":      # either of two does effects[0], both effects[1]; a third alone effects[2]
+            lv = math.log1p(-sc.effects[1 if on[0] and on[1] else 0]) if on[0] or on[1] else 0.0
+            return lv + (math.log1p(-sc.effects[2]) if on[2] else 0.0), any(on)
         lv = sum(e for e, o in zip(logeff, on) if o)
         return lv, any(on)
 
@@ -213,12 +321,14 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
                 drift *= (1.0 - burst[1]) * math.exp(sc.burst_jitter * jitter)
         return 1000.0 * math.exp(lv) * eps * drift
 
+    measure.level = level             # the noise-free truth, for the --structure columns
+    measure.culprits = culprits       # in the scenario's order (which is the OR pair, which the gate)
     return names, measure, sorted(culprits), counter
 
 
 def scenario(key: str) -> Scenario:
     """A scenario of the main or the extra set, by key."""
-    return next(s for s in SCENARIOS + EXTRA_SCENARIOS + ROBUST_SCENARIOS if s.key == key)
+    return next(s for s in SCENARIOS + EXTRA_SCENARIOS + ROBUST_SCENARIOS + STRUCTURE_SCENARIOS if s.key == key)
 
 
 def seeded_measure(key: str, n: int, rep: int):
@@ -284,7 +394,12 @@ def main(argv=None) -> int:
     ap.add_argument("--thorough", action="store_true",
                     help="also run the thorough mode (the command line's --strategy thorough) on every cell")
     ap.add_argument("--baseline-reps", type=int, default=None, help="repetitions for leave-one-out and screening (default reps/4, >= 20)")
+    ap.add_argument("--structure", action="store_true",
+                    help="only the structure cells (OR story, gated pair, story, three culprits, 3-way AND): "
+                         "culprits in full, shape right, drop-alone within its interval, beside structure=False")
     a = ap.parse_args(argv)
+    if a.structure:
+        return structure_table(a)
     reps = a.reps or (20 if a.quick else 100)
     breps = a.baseline_reps or max(20, reps // 4)
     only = set(filter(None, a.only.split(",")))

@@ -222,6 +222,7 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
             if term.get("ratio") is not None:
                 line += f"; term {_pct(term.get('ratio'))} [{_pct(term.get('ci_low'))} .. {_pct(term.get('ci_high'))}]"
         console.print(escape(line))
+    _structure(res, console)
     cands = res.candidates
     if cands and status != "culprits":
         console.print(escape("most likely factors: " + ", ".join(f"{n} ({p:.2f})" for n, p in cands[:4])))
@@ -237,6 +238,29 @@ def attribution_result(res: dict | AttributionResult, console: Console) -> None:
         console.print(escape(f"planning: {plan}"))
     _warnings(res, console, plain=_plain_note)
     _go_on(res, console)
+
+
+def _structure(res: AttributionResult, console: Console) -> None:
+    """The answer's shape (groups that act together or each do the whole damage) and what dropping
+    each named factor alone gives, predicted and, where that arm was measured, measured."""
+    extra = res.extra if isinstance(res.extra, dict) else {}
+    st = extra.get("structure")
+    if isinstance(st, dict) and st.get("kind") not in (None, "additive") and st.get("text"):
+        console.print(escape(f"structure: {st['text']}"))
+    drop = [d for d in extra.get("drop_alone") or [] if isinstance(d, dict)]
+    if not drop:
+        return
+    t = Table(title="Dropping one factor alone from bad (predicted by the answer's model; measured where that arm was)")
+    for col in ("factor", "predicted", "95% CI", "change from bad", "measured", "agrees"):
+        t.add_column(col)
+    for d in drop:
+        agrees = d.get("agrees")
+        t.add_row(escape(str(d.get("factor"))), _num(d.get("predicted"), "{:.4g}"),
+                  f"{_num(d.get('predicted_low'), '{:.4g}')} .. {_num(d.get('predicted_high'), '{:.4g}')}",
+                  _pct(1 + d["predicted_change"]) if isinstance(d.get("predicted_change"), (int, float)) else "-",
+                  f"{_num(d.get('measured'), '{:.4g}')} (n={d.get('n')})" if d.get("measured") is not None else "not measured",
+                  "-" if agrees is None else "yes" if agrees else "[bold red]NO[/]")
+    console.print(t)
 
 
 def _holds_no_change(est: dict) -> bool:

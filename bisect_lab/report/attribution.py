@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from ..model import TrialResult
 from ..results import AttributionResult, result_from_dict
@@ -29,7 +30,7 @@ def _answer(c: Campaign, res: AttributionResult, status: str, good, bad, min_eff
         return (f"The regression is explained by **{', '.join(res.culprits)}**"
                 + (f" ({'>99%' if conf >= 0.995 else f'{conf:.0%}'} sure)"
                    if isinstance(conf, (int, float)) and math.isfinite(conf) else "")
-                + (f". {regtxt}." if regtxt else ".")), "bad"
+                + (f". {regtxt}." if regtxt else ".") + _shape_sentence(res)), "bad"
     if status == "no-regression":
         return f"No regression: `{bad}` performs like `{good}`" + (f" ({regtxt})" if regtxt else "") + ".", "good"
     if c.status != "done":
@@ -45,6 +46,14 @@ def _answer(c: Campaign, res: AttributionResult, status: str, good, bad, min_eff
         answer += (f" The noise seen (CV {cv * 100:.0f}%) "
                    f"needs about {plan['trials_per_arm']} trials per arm to resolve {min_effect * 100:g}%.")
     return answer, "unknown"
+
+
+def _shape_sentence(res: AttributionResult) -> str:
+    """" Structure: either of a, b does the whole damage ..." when the answer is not additive."""
+    st = (res.extra or {}).get("structure") if isinstance(res.extra, dict) else None
+    if isinstance(st, dict) and st.get("kind") not in (None, "additive") and st.get("text"):
+        return f" Structure: {st['text']}."
+    return ""
 
 
 def _worst_cv(plan) -> float | None:
@@ -82,7 +91,7 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
         eff = e.get("effect") if isinstance(e.get("effect"), dict) else e
         name = e.get("name") or e.get("factor")
         r = {"name": name, "ratio": eff.get("ratio"), "ci_low": eff.get("ci_low"), "ci_high": eff.get("ci_high"),
-             "culprit": any(part in culprits for part in str(name).split("*"))}
+             "culprit": any(part in culprits for part in re.split(r"[*|()]+", str(name)) if part)}
         frows.append(r)
         share = e.get("share")
         over = over or (isinstance(share, (int, float)) and share > 1.005)
@@ -103,6 +112,7 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
     if res.interactions:
         s.add([f"interaction ({i.get('kind', '')}): {' × '.join(i.get('factors') or [])} — "
                f"{i.get('description') or pct((i.get('term') or {}).get('ratio'))}" for i in res.interactions])
+    _structure(res, s)
     if res.candidates:
         s.add(Table(["factor", "probability it is involved"],
                     [[code(f), f"{p:.2f}"] for f, p in sorted(res.candidates, key=lambda x: -x[1])]))
@@ -116,6 +126,27 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
         s.p(f"Noise seen: CV {_cv_pct(plan.get('cv_good'))} (good), {_cv_pct(plan.get('cv_bad'))} (bad); "
             f"resolving {min_effect * 100:g}% at this noise takes about {plan['trials_per_arm']} trials per arm.")
     return s
+
+
+def _structure(res: AttributionResult, s: Section) -> None:
+    """The answer's shape and each named factor's drop-alone prediction, checked against the
+    readings of that arm where it was measured."""
+    extra = res.extra if isinstance(res.extra, dict) else {}
+    st = extra.get("structure")
+    if isinstance(st, dict) and st.get("text"):
+        word = {"additive": "independent effects", "or": "redundancy (OR)", "and": "factors that act only together (AND)",
+                "mixed": "groups"}.get(st.get("kind"), str(st.get("kind")))
+        s.p(f"Structure chosen by the measured arms ({word}): {st['text']}.")
+    drop = [d for d in extra.get("drop_alone") or [] if isinstance(d, dict)]
+    if drop:
+        s.add(Table(["drop alone from bad", "predicted", "95% CI", "change from bad", "measured", "agrees"],
+                    [[code(d.get("factor")), num(d.get("predicted")),
+                      f"{num(d.get('predicted_low'))} .. {num(d.get('predicted_high'))}",
+                      pct(1 + d["predicted_change"]) if isinstance(d.get("predicted_change"), (int, float)) else "-",
+                      f"{num(d.get('measured'))} (n={d.get('n')})" if d.get("measured") is not None else "not measured",
+                      "-" if d.get("agrees") is None else "yes" if d.get("agrees") else "**no**"] for d in drop],
+                    note="The answer's model predicts the metric of 'bad' with that one factor set to its good value; "
+                         "where that arm was measured, the prediction is checked against its readings."))
 
 
 def attribution_report(store: Store, c: Campaign, trials: list[TrialResult]) -> Report:

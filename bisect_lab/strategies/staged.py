@@ -22,14 +22,14 @@ import numpy as np
 
 from .. import stats
 from ..stats import compare
-from ..verdicts import AttributionVerdict, Interaction
+from ..verdicts import AttributionVerdict
 from .attribution import AttributionStrategy
-from .decomposition import (loglinear_effects, reference_contrast, reference_ratio, shares_of_regression,
-                            synergy)
+from .decomposition import loglinear_effects, reference_contrast, reference_ratio, shares_of_regression
 from .base import Observation, deblock, drive, host_warnings
 from .attribution_fit import stage_misfits
 from .hypotheses import EXTENDED_RHO_GRID
 from .staged_bursts import BurstGuard
+from .staged_effects import StructuredEffects
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
 RESIDUAL_LOOKS = 4        # the residual is shown at alpha / this (it is looked at up to 6 times)
@@ -69,7 +69,7 @@ def _winsorized(values: list[float]) -> np.ndarray:
     return np.asarray(values, dtype=float) if clipped is logs else np.exp(clipped)
 
 
-class StagedAttribution(BurstGuard):
+class StagedAttribution(BurstGuard, StructuredEffects):
     """Ask/tell attribution that peels culprits off stage by stage (see module docstring).
 
     ``thorough=True`` (the command line's ``--strategy thorough``) trades trials for completeness:
@@ -85,8 +85,9 @@ class StagedAttribution(BurstGuard):
     def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
                  max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
                  max_stages: int = 2, thorough: bool = False, robust: bool = True, hosts: int = 1,
-                 misfit_handover: bool = True, **kw):
+                 misfit_handover: bool = True, structure: bool = True, **kw):
         self.factors = tuple(factors)
+        self.structure = bool(structure)    # False: effects as before the answer's structure was chosen
         # several hosts: each stage asks one arm per host at a time, chosen by joint information
         self.hosts = max(1, int(hosts))
         if self.hosts > 1:
@@ -121,6 +122,15 @@ class StagedAttribution(BurstGuard):
         self._start(frozenset())
 
     # ------------------------------------------------------------------ protocol
+    @property
+    def _final(self) -> AttributionVerdict | None:
+        return self._answer
+
+    @_final.setter
+    def _final(self, v: AttributionVerdict | None) -> None:
+        # the answer, once ready, in the structure its measured arms choose (staged_effects.py)
+        self._answer = None if v is None else self._with_structure(v)
+
     @property
     def trials(self) -> int:
         return len(self.observations)
@@ -559,84 +569,6 @@ class StagedAttribution(BurstGuard):
             candidates=tuple(sorted(candidates.items(), key=lambda kv: -kv[1])),
             warnings=tuple(dict.fromkeys(tuple(kept[0]) + tuple(self.notes) + later)), strategy=self.name,
             factors=self.factors, extra=extra)
-
-    def _joint(self, culprits: list[str]):
-        """Effects and interactions of every named culprit, re-fitted together on all measurements.
-
-        Each stage saw only its own factors, so its interaction terms can be artefacts of what it
-        did not model (stage 1 of the story may read "mla x OEA_ENABLE" into a pattern that is
-        really "oea-topk x OEA_ENABLE"). Here: log value ~ main effects + every estimable pairwise
-        interaction (HC3); interactions kept when significant after Holm's correction over the
-        pairs, then re-fitted with the mains (dropping terms that lose significance). A kept pair
-        whose members cause no material regression of their own (less than min_effect or a quarter
-        of the joint term, or not significant) is reported as "and" (the regression appears only
-        when both are bad)."""
-        obs = [o for o in self.observations if o.ok]
-        k = len(culprits)
-        if k < 2 or len(obs) < 3 * k + 4:
-            return None
-        y = np.log([o.value for o in obs])
-        X = {c: np.array([1.0 if c in o.active else 0.0 for o in obs]) for c in culprits}
-
-        def full_rank(cols):
-            D = np.column_stack([np.ones(len(y))] + cols)
-            return np.linalg.matrix_rank(D) == D.shape[1] and len(y) > D.shape[1] + 2
-
-        mains = [X[c] for c in culprits]
-        if not full_rank(mains):
-            return None
-        pairs = []
-        for i in range(k):
-            for j in range(i + 1, k):
-                col = X[culprits[i]] * X[culprits[j]]
-                if full_rank(mains + [X[a] * X[b] for a, b in pairs] + [col]):
-                    pairs.append((culprits[i], culprits[j]))
-        kinds = ["main"] * k + ["interaction"] * len(pairs)
-        labels = list(culprits) + [f"{a}*{b}" for a, b in pairs]
-        fit = loglinear_effects(y, mains + [X[a] * X[b] for a, b in pairs], labels, kinds, alpha=self.alpha)
-        me = math.log1p(self.min_effect)
-        keep = []
-        if pairs:
-            pv = [fit[k + n].effect.p_value for n in range(len(pairs))]
-            pv = [p if math.isfinite(p) else 1.0 for p in pv]
-            reject, _ = stats.adjust_pvalues(pv, method="holm", alpha=self.alpha)
-            keep = [pr for pr, r in zip(pairs, reject) if r]
-        whole = self._contrast(obs)
-        while True:
-            labels = list(culprits) + [f"{a}*{b}" for a, b in keep]
-            effects = loglinear_effects(y, mains + [X[a] * X[b] for a, b in keep], labels,
-                                        ["main"] * k + ["interaction"] * len(keep), alpha=self.alpha,
-                                        shares_of="references", whole=whole)
-            # re-fitted with the mains only, a term may lose its significance: drop the weakest;
-            # and one smaller than min_effect is not worth reporting (a -1.7% "synergy" at p 0.007
-            # on the toy story), as a culprit must be worth min_effect
-            weak = [(e.effect.p_value, n) for n, e in enumerate(effects[k:])
-                    if e.effect.ci_low <= 1 <= e.effect.ci_high or abs(math.log(e.effect.ratio)) < me]
-            if not weak:
-                break
-            keep.pop(max(weak)[1])
-        by_name = {e.name: e for e in effects}
-        total = sum(math.log(e.effect.ratio) for e in effects)
-
-        def own_regression(m: str, joint: float) -> bool:
-            """Does factor m, alone, make things materially and significantly worse? Material: at
-            least min_effect and at least a quarter of the joint term (a -2% main effect beside a
-            -16% interaction, as on the CPU demo, still reads as "only when both")."""
-            e = by_name[m].effect
-            worse = -math.log(e.ratio) if self.higher_is_better else math.log(e.ratio)
-            return worse >= max(me, 0.25 * joint) and not (e.ci_low <= 1 <= e.ci_high)
-
-        interactions = []
-        for a, b in keep:
-            term = by_name[f"{a}*{b}"].effect
-            worse = term.ratio < 1 if self.higher_is_better else term.ratio > 1
-            joint = abs(math.log(term.ratio))
-            if worse and not own_regression(a, joint) and not own_regression(b, joint):
-                interactions.append(Interaction((a, b), "and", term,
-                                                f"the regression appears only when {a} and {b} are both bad"))
-            else:
-                interactions.append(synergy((a, b), term, total))
-        return tuple(effects), tuple(interactions), {frozenset(p) for p in pairs}
 
 
 def attribute_staged(factors, measure: Callable[[frozenset[str]], float | None], higher_is_better: bool = True,
