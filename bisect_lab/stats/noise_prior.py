@@ -27,6 +27,9 @@ MAX_PRIOR_DF = 60
 # campaigns; at 0.001 a prior of CV 1% on a machine now at 3% (variance 9x) is still dropped by
 # the fourth degree of freedom of today's residuals.
 FIT_ALPHA = 0.001
+# ... and a prior that today's readings say is too tight is rejected at this many times FIT_ALPHA:
+# a wider machine makes a kept prior over-confident, a quieter one only wastes the prior's trials.
+NOISIER_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,10 @@ def prior_fit(prior: NoisePrior, ss: float, df: int, alpha: float = FIT_ALPHA) -
         return PriorFit(float("nan"), 1.0, df, False)
     ratio = (ss / df) / prior.sigma ** 2
     p = float(min(1.0, 2 * min(_st.f.cdf(ratio, df, prior.df), _st.f.sf(ratio, df, prior.df))))
-    return PriorFit(ratio, p, df, p < alpha)
+    # a noisier machine is the dangerous side (every decision over-confident): tested at
+    # NOISIER_FACTOR x the level
+    level = alpha * (NOISIER_FACTOR if ratio > 1 else 1)
+    return PriorFit(ratio, p, df, p < level)
 
 
 def combined(prior: NoisePrior, ss: float, df: int) -> tuple[float, int]:

@@ -67,12 +67,14 @@ class NoisePriorUse:
         return combined(self.noise_prior, *self._within(obs))
 
     def prior_status(self) -> dict | None:
-        """What became of the noise prior (JSON-able): the prior, whether it is still ``used``, and
-        when it was dropped, at which trial and why (``dropped_at``, ``ratio``, ``p``, ``note``).
-        None without a prior."""
+        """What became of the noise prior (JSON-able): the prior, whether it is ``used`` at the last
+        plan (checked against ``checked_df`` of today's within-arm degrees of freedom, at least
+        ``MIN_CHECK_DF``, and not rejected), and when it was dropped, at which trial and why
+        (``dropped_at``, ``ratio``, ``p``, ``note``). None without a prior."""
         if self.noise_prior is None:
             return None
-        out = dict(self.noise_prior.to_dict(), used=self._prior_dropped is None, dropped_at=None)
+        out = dict(self.noise_prior.to_dict(), used=self._prior_in_use(), checked_df=self._prior_df,
+                   dropped_at=None)
         if self._prior_dropped is not None:
             trial, fit = self._prior_dropped
             out.update(dropped_at=trial, ratio=fit.ratio, p=fit.p, note=fit.describe(trial))
