@@ -78,7 +78,7 @@ def test_wrong_prior_is_dropped_and_the_answer_stays_right():
             assert first["used"] is False and first["dropped_at"] < v.trials, first
             assert re.match(r"noise prior dropped at trial \d+: today's readings scatter \d\.\dx more \(p=",
                             first["note"])
-    assert dropped >= 4          # 25 of 30 seeds in the benchmark's --prior cell (docs/attribution.md)
+    assert dropped >= 4          # 86 of 100 runs in the benchmark's --prior cell (docs/attribution.md)
     # ... and quieter (prior CV 3%, today 1%): a too-wide prior only makes decisions wait, and the
     # answer stays right; where it is dropped, the line says "less"
     for rep in range(3):
