@@ -13,6 +13,7 @@ right tail without), embedded below so the script runs anywhere.
     python benchmarks/simulate_attribution.py --thorough --only two20_5,one25   # + --strategy thorough
     python benchmarks/simulate_attribution.py --extra --no-baseline --reps 50 --first-seed 1000
     python benchmarks/simulate_attribution.py --structure --reps 40 --jobs 1   # answer shapes (issue #23)
+    python benchmarks/simulate_attribution.py --prior --reps 100     # a noise prior beside none
 """
 from __future__ import annotations
 
@@ -262,6 +263,73 @@ def structure_table(a) -> int:
     print("full: culprits named in full; shape: named in full and the OR / AND groups exactly the truth's "
           "(none for additive truths); drop-in: of the runs named in full, the share of drop-alone predictions "
           "whose 95% interval holds the true level of 'bad minus X'")
+# --prior: each run also gets a noise prior from a simulated earlier campaign (PRIOR_READINGS
+# readings, PRIOR_ARMS arms, at the CV given here), side by side with no prior on the same seeds:
+# (scenario key, N, prior CV or None for the scenario's own, label)
+PRIOR_CELLS = [("one5", 10, None, "right prior"), ("none", 10, None, "right prior"),
+               ("one5", 10, 0.01, "prior CV 1%, today 3%"), ("none", 10, 0.01, "prior CV 1%, today 3%"),
+               ("one5c1", 20, 0.03, "prior CV 3%, today 1%"), ("stall5c", 10, None, "right prior")]
+PRIOR_READINGS, PRIOR_ARMS = 40, 10
+
+
+def simulated_prior(cv: float, rep: int):
+    """The noise prior an earlier campaign at ``cv`` leaves: PRIOR_ARMS arms read
+    PRIOR_READINGS / PRIOR_ARMS times each, pooled (``stats.pooled_prior``)."""
+    from bisect_lab.stats import pooled_prior
+    rng = np.random.default_rng([zlib.crc32(b"prior"), rep])
+    k = PRIOR_READINGS // PRIOR_ARMS
+    return pooled_prior([1000.0 * np.exp(rng.normal(0, cv, k)) for _ in range(PRIOR_ARMS)], campaigns=1)
+
+
+def run_prior(args):
+    """One run of a --prior cell: ``method`` "no prior" or "prior"; returns what run_one does
+    plus whether the prior was dropped."""
+    key, n, rep, method, cv = args
+    from bisect_lab.strategies.staged import StagedAttribution
+    sc = scenario(key)
+    names, measure, truth, counter = seeded_measure(key, n, rep)
+    kw = {"noise_prior": simulated_prior(cv if cv is not None else sc.cv, rep)} if method == "prior" else {}
+    t0 = time.perf_counter()
+    st = StagedAttribution(names, higher_is_better=True, seed=rep, max_trials=400, **kw)
+    v = drive(st, measure)
+    states = [s.prior_status() for _, s in st.stages if s.prior_status() is not None]
+    dropped = any(s["dropped_at"] is not None for s in states)
+    correct = v.status == sc.expect and (sc.expect != "culprits" or v.culprits == truth)
+    false_culprit = bool(set(v.culprits) - set(truth)) or (sc.null_like and bool(v.culprits))
+    return key, n, cv, method, correct, false_culprit, v.trials, dropped, time.perf_counter() - t0
+
+
+def prior_main(reps: int, first_seed: int, jobs: int) -> int:
+    """The --prior table: every PRIOR_CELLS cell with and without the prior, same seeds."""
+    tasks = [(k, n, r, m, cv) for k, n, cv, _ in PRIOR_CELLS for m in ("no prior", "prior")
+             for r in range(first_seed, first_seed + reps)]
+    t0 = time.time()
+    with mp.Pool(jobs) as pool:
+        res = pool.map(run_prior, tasks, chunksize=4)
+    print(f"# attribution with a noise prior ({PRIOR_READINGS} earlier readings): {reps} repetitions per "
+          f"cell, seeds {first_seed}..{first_seed + reps - 1}, {jobs} job(s), {time.time() - t0:.0f} s")
+    hdr = (f"{'scenario':<44} {'N':>3} {'prior':<22} | {'method':<9} {'acc':>6} {'false':>6} {'mean':>6} "
+           f"{'p95':>5} {'dropped':>8} | target")
+    print(hdr)
+    print("-" * len(hdr))
+    for key, n, cv, label in PRIOR_CELLS:
+        sc = scenario(key)
+        for method in ("no prior", "prior"):
+            rows = [r for r in res if r[:4] == (key, n, cv, method)]
+            acc, fc = np.mean([r[4] for r in rows]), np.mean([r[5] for r in rows])
+            tr = np.array([r[6] for r in rows])
+            drop = f"{np.mean([r[7] for r in rows]):.0%}" if method == "prior" else ""
+            target = ""
+            if method == "prior":
+                if sc.effects and cv is None and key == "one5":
+                    met = acc >= 0.95 and tr.mean() <= 18
+                    target = "mean<=18, acc>=95% " + ("MET" if met else "MISSED")
+                elif not sc.effects or sc.null_like:
+                    target = "false<=5% " + ("MET" if fc <= 0.05 else "MISSED")
+                else:
+                    target = "acc>=95% " + ("MET" if acc >= 0.95 else "MISSED")
+            print(f"{(sc.title if method == 'no prior' else ''):<44} {n:>3} {(label if method == 'no prior' else ''):<22} | "
+                  f"{method:<9} {acc:>6.1%} {fc:>6.1%} {tr.mean():>6.1f} {np.percentile(tr, 95):>5.0f} {drop:>8} | {target}")
     return 0
 
 
@@ -397,9 +465,13 @@ def main(argv=None) -> int:
     ap.add_argument("--structure", action="store_true",
                     help="only the structure cells (OR story, gated pair, story, three culprits, 3-way AND): "
                          "culprits in full, shape right, drop-alone within its interval, beside structure=False")
+    ap.add_argument("--prior", action="store_true",
+                    help="only the noise-prior cells (PRIOR_CELLS), with and without a prior")
     a = ap.parse_args(argv)
     if a.structure:
         return structure_table(a)
+    if a.prior:
+        return prior_main(a.reps or (20 if a.quick else 100), a.first_seed, a.jobs)
     reps = a.reps or (20 if a.quick else 100)
     breps = a.baseline_reps or max(20, reps // 4)
     only = set(filter(None, a.only.split(",")))

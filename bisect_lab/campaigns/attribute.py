@@ -11,6 +11,7 @@ from ..model import ATTRIBUTION_STRATEGIES, Arm
 from ..results import AttributionResult
 from ..runner import TrialSpec
 from .drive import drive, metric_of
+from .noise_prior import PriorNotes, prior_status, stored_noise_prior
 from .planning import PlanProgress, stored_plan
 from .session import Session, resume_option
 
@@ -19,13 +20,16 @@ SCREENING_REPEATS = 2      # rounds of a screening design unless --repeats says 
 
 def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | bool | None = None,
               max_trials: int | None = None, strategy: str = "adaptive",
-              repeats: int | None = None) -> AttributionResult:
+              repeats: int | None = None, noise_prior: bool = True) -> AttributionResult:
     """Find which factors (patches, env vars) explain the difference between two arms.
 
     ``strategy``: "adaptive" (the default: staged Bayesian attribution, stops as soon as the answer
     is clear), "thorough" (the same, checking every answer for a culprit left over: about twice the
     trials for a lone large culprit, a small second culprit found far more often) or "screening" (a
-    fixed factorial / Plackett-Burman design, ``repeats`` rounds)."""
+    fixed factorial / Plackett-Burman design, ``repeats`` rounds). ``noise_prior``: give the
+    adaptive search the noise of earlier campaigns of this experiment on this host
+    (``campaigns.noise_prior``; the strategy checks it against today's readings and drops it when
+    they disagree); False: today's readings alone (``--no-prior``)."""
     from ..strategies.screening import ScreeningStrategy
     from ..strategies.staged import StagedAttribution
     exp = session.experiment
@@ -66,6 +70,9 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
             from .readings import LaunchCosts
             costs = LaunchCosts(session.store, session.campaign, factors, session.log)
             extra["arm_cost"] = costs.costs
+        prior = stored_noise_prior(session) if noise_prior and not screening else None
+        if prior is not None:
+            extra["noise_prior"] = prior
         search = kind(factors, higher_is_better=exp.benchmark.higher_is_better, seed=d.seed,
                       max_trials=budget, min_effect=d.min_effect, alpha=d.alpha, **extra)
         ex = session.executor(workers)
@@ -73,6 +80,9 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         good_arm = arm_for_active(good, bad, frozenset(), exp.patchset)
         bad_arm = arm_for_active(good, bad, frozenset(factors), exp.patchset)
         session.log(stored_plan(session, [good_arm, bad_arm], f"budget {budget} trials", ["good", "bad"]))
+        if prior is not None:
+            session.log(prior.describe())
+        notes = PriorNotes(session, search)
         planning = PlanProgress(session, search, arms=(good_arm.spec, bad_arm.spec))
         arm_of: dict[frozenset, Arm] = {}
 
@@ -88,6 +98,7 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
             if costs is not None:
                 costs.update()
             planning.update()
+            notes.update()
 
         def before_batch(batch) -> None:
             est = getattr(search, "estimated_total", None)
@@ -102,6 +113,8 @@ def attribute(session: Session, good_spec: str, bad_spec: str, *, resume: str | 
         session.conclude(ex)
         verdict = search.verdict()
         res = _result(session, good, bad, factors, verdict)
+        notes.update()
+        res.more["noise_prior"] = prior_status(search)
         for k in grow:
             setattr(res, k, params[k])
         if res.status == "inconclusive" or (not screening and verdict.trials >= budget):

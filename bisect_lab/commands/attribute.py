@@ -24,6 +24,9 @@ def setup_arguments(subparsers):
     a.add_argument("--repeats", type=_options.positive_int,
                    help="screening: rounds of the design (each round = every design arm + good + bad; "
                         "default 2; with --resume the campaign's own, and more rounds let it go on)")
+    a.add_argument("--no-prior", action="store_true",
+                   help="do not use the noise of earlier campaigns of this experiment on this host as a "
+                        "prior (by default it is used while today's readings fit it)")
     _options.add_seed(a)
     _options.add_resume(a, help="continue a campaign (its experiment, --good, --bad, --strategy and budget "
                                "unless given)")
@@ -36,15 +39,17 @@ def run_from_args(args) -> int:
     good = _options.one_arm(args.good, args, "--good") if args.good is not None else None
     bad = _options.one_arm(args.bad, args, "--bad") if args.bad is not None else None
     return run(Context.from_args(args), args.experiment, good, bad, resume=args.resume,
-               max_trials=args.max_trials, strategy=args.strategy, repeats=args.repeats, seed=args.seed)
+               max_trials=args.max_trials, strategy=args.strategy, repeats=args.repeats, seed=args.seed,
+               noise_prior=not args.no_prior)
 
 
 def run(ctx: Context, experiment: str | None, good: str | None, bad: str | None, *,
         resume: str | bool | None = None, max_trials: int | None = None, strategy: str | None = None,
-        repeats: int | None = None, seed: int | None = None) -> int:
+        repeats: int | None = None, seed: int | None = None, noise_prior: bool = True) -> int:
     """Attribute the difference between arms ``good`` and ``bad``; exit 3 when inconclusive.
 
-    ``strategy`` None is the experiment's ``[design] strategy``. With ``resume``, what is None
+    ``strategy`` None is the experiment's ``[design] strategy``. ``noise_prior`` False:
+    ``--no-prior``. With ``resume``, what is None
     (``experiment``, ``good``, ``bad``, ``strategy``, the seed, the budgets) is the campaign's own.
     """
     from ..campaigns import attribute
@@ -59,7 +64,7 @@ def run(ctx: Context, experiment: str | None, good: str | None, bad: str | None,
         strategy = strategy or stored.params.get("strategy") or "adaptive"
     res = with_session(ctx, exp, lambda s: attribute(s, good, bad, resume=resume, max_trials=max_trials,
                                                      strategy=strategy or exp.design.strategy,
-                                                     repeats=repeats))
+                                                     repeats=repeats, noise_prior=noise_prior))
     typed = _options.typed_forms([good, bad], exp.patchset)
     if typed:
         res.more["typed"] = typed

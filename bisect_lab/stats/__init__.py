@@ -13,11 +13,13 @@ Public API:
   components(groups) -> VarianceComponents   launch-to-launch and within-launch variance (sessions)
   compare_sessions(a, b, ...) -> Comparison  two arms measured in sessions (session means as units)
   choose_readings(...) / information_per_second(...)   readings per launch, which arm to launch next
+  NoisePrior / pooled_prior(groups) / prior_fit / known_noise_gate   earlier campaigns' noise as a prior
 """
 from .compare import Comparison, compare, welch_log, yuen_log
 from .diagnostics import (Drift, Step, detect_drift, outliers, robust_sd, winsorize, within_group_step,
                           within_group_trend)
 from .multiple import adjust_pvalues
+from .noise_prior import NoisePrior, PriorFit, known_noise_gate, pooled_prior, prior_fit
 from .planning import log_cv, plan_trials
 from .robust import discount, kept, kept_pair
 from .sequential import MARGIN_FRAC, NO_REGRESSION_ALPHA_DIVISOR, GateResult, regression_gate
@@ -32,4 +34,5 @@ __all__ = [
     "GateResult", "MARGIN_FRAC", "NO_REGRESSION_ALPHA_DIVISOR", "regression_gate",
     "VarianceComponents", "components", "compare_sessions", "session_means", "ReadingsChoice", "choose_readings",
     "information_per_second", "combine_blocks",
+    "NoisePrior", "PriorFit", "pooled_prior", "prior_fit", "known_noise_gate",
 ]

@@ -81,6 +81,11 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
       arm_cost: ``cost(arm) -> float``, the relative cost of measuring an arm (a frozenset of this
         strategy's factors; ``arm_costs.ArmCosts`` for serving launches): search arms are then
         chosen by expected information per unit of cost. None: by information alone.
+      noise_prior: a ``stats.NoisePrior`` (the noise of earlier campaigns of the same experiment on
+        the same host): while today's readings fit it (an F test after every trial), the gate, the
+        posterior and the significance guard use the scale it and today's residuals give
+        together; once rejected it is dropped (``prior_status()`` says at which trial and why).
+        None: the noise is learned from today's readings alone.
     """
 
     name = "attribution"
@@ -93,7 +98,7 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
                  set_probability: float = 0.9, miss_probability: float = 0.05,
                  family_prior=None, search_per_reference: int = 1, confirm_bonus: float = 0.3,
                  futility_trials: int | None = None, rhos=None, robust: bool = True, hosts: int = 1,
-                 arm_cost=None):
+                 arm_cost=None, noise_prior=None):
         super().__init__(factors, higher_is_better=higher_is_better, seed=seed, max_trials=max_trials)
         if not 0 < min_effect < 1:
             raise ValueError("min_effect must be in (0, 1)")
@@ -136,6 +141,8 @@ class AttributionStrategy(AttributionModel, ArmDesign, StopRules, AttributionVer
         self.trial_numbers: list[int] | None = None
         self._discounted: list[Observation] = []
         self._raw: tuple = ([], np.zeros(0))      # every reading of the last _log_values
+        self._kept: tuple = ([], np.zeros(0))     # ... and those left after the stall discount
+        self.noise_prior = noise_prior            # stats.NoisePrior or None (attribution_prior.py)
         self._step = None                         # a machine step found by the last _log_values
 
     # ------------------------------------------------------------------ progress

@@ -10,11 +10,13 @@ import math
 import numpy as np
 
 from .. import stats
+from ..stats.noise_prior import known_noise_gate
+from .attribution_prior import NoisePriorUse
 from .base import Observation
 from .hypotheses import posterior
 
 
-class AttributionModel:
+class AttributionModel(NoisePriorUse):
     """Data views, the regression gate and the posterior over hypotheses."""
 
     def _ok(self) -> list[Observation]:
@@ -42,6 +44,8 @@ class AttributionModel:
                 idx = {o.index for o in keep}
                 y = np.array([v for o, v in zip(obs, y) if o.index in idx])
                 obs = keep
+        self._kept = (obs, y)
+        self._check_prior()
         return obs, y, drift
 
     def _machine_step(self, obs) -> None:
@@ -90,10 +94,18 @@ class AttributionModel:
             # every reading, the discounted ones as Yuen's trimmed ones: dropping them outright
             # would leave variances too small (they were dropped for lying far out)
             obs, y = self._raw
+        known = self._known_noise()
+        if known is not None:
+            # the noise is known (prior and today's residuals): the readings left after the stall
+            # discount, at the combined scale
+            obs, y = self._kept
         g = np.exp(self._arm_values(obs, y, self.good))
         b = np.exp(self._arm_values(obs, y, self.bad))
         if len(g) < 2 or len(b) < 2:
             return None
+        if known is not None:
+            return known_noise_gate(g, b, *known, higher_is_better=self.higher_is_better,
+                                    min_effect=self.min_effect, alpha=self.alpha)
         return stats.regression_gate(g, b, higher_is_better=self.higher_is_better,
                                      min_effect=self.min_effect, alpha=self.alpha, robust=self.robust)
 
@@ -128,7 +140,10 @@ class AttributionModel:
         anything: the posterior, the confirmation arms and the significance guard at alpha / N
         (which corrects for that choice) must agree. Measured cost of that choice: about 1.5% of
         A/A runs name a culprit (tests/test_calibration.py), against 0-1% on the references alone."""
-        if self.robust:
+        known = self._known_noise()
+        if known is not None:
+            levels = self._level_values(*self._kept, post, best_set)
+        elif self.robust:
             # every reading at the two levels, the discounted ones as Yuen's trimmed ones (see _gate)
             levels = self._level_values(*self._raw, post, best_set)
         elif levels is None:
@@ -138,6 +153,9 @@ class AttributionModel:
         g, b = np.exp(levels[0]), np.exp(levels[1])
         if len(g) < 2 or len(b) < 2:
             return None
+        if known is not None:
+            return known_noise_gate(g, b, *known, higher_is_better=self.higher_is_better,
+                                    min_effect=self.min_effect, alpha=self.alpha)
         return stats.regression_gate(g, b, higher_is_better=self.higher_is_better,
                                      min_effect=self.min_effect, alpha=self.alpha, robust=self.robust)
 
@@ -161,17 +179,20 @@ class AttributionModel:
                 ss += float(np.var(vals, ddof=1)) * (len(vals) - 1) / ratio ** p
                 df += len(vals) - 1
         s0 = math.sqrt(max(ss / df, 1e-10)) if df else 0.5 * math.log1p(self.min_effect)
+        nu0 = float(min(df, 4) or 1)
+        if self._prior_in_use():
+            # the earlier campaigns' scale as the scaled-inverse-chi-square prior, at its own df:
+            # the posterior adds today's residuals to it (no double counting of today's)
+            s0, nu0 = self.noise_prior.sigma, float(self.noise_prior.df)
         me = math.log1p(self.min_effect)
         pos = self.space.positions(X)
-        post = posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=float(min(df, 4) or 1),
-                         positions=pos)
+        post = posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=nu0, positions=pos)
         lv = post.levels
         # a partner must be worth min_effect even if the regression is at the low end of its
         # interval: an overestimated span must not admit "culprit plus a sub-threshold partner"
         delta = max(abs(lv.mu_bad - lv.mu_good) - math.hypot(lv.se_good, lv.se_bad), 0.0)
         allowed = self.space.allowed(delta, me)
-        return posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=float(min(df, 4) or 1),
-                         allowed=allowed, positions=pos)
+        return posterior(self.space, X, ys, var_ratio=ratio, s0=s0, nu0=nu0, allowed=allowed, positions=pos)
 
     def _var_ratio(self, arms: dict) -> float:
         """The bad/good variance ratio of the references, 1 unless they differ significantly."""

@@ -30,6 +30,31 @@ FUTILITY_MIN_REFS = 10
 FUTILITY_NOISE_BUDGETS = 4
 
 
+def known_noise_significant(y: np.ndarray, cols: list[np.ndarray], sigma: float, df: float,
+                            level: float) -> bool:
+    """The significance guard with the noise known (a noise prior in use): least squares on the
+    same log-linear model, the covariance ``sigma^2 (X'X)^-1`` at the combined scale rather than
+    HC3 from today's residuals; a t test of one culprit's main effect, for a pair the joint test
+    of each member's main effect with the interaction (F with 2 and ``df`` degrees of freedom)."""
+    from scipy import stats as st
+
+    D = np.column_stack([np.ones(len(y))] + cols + ([cols[0] * cols[1]] if len(cols) == 2 else []))
+    if np.linalg.matrix_rank(D) < D.shape[1]:
+        return False
+    XtX_inv = np.linalg.inv(D.T @ D)
+    beta = XtX_inv @ D.T @ y
+    cov = sigma ** 2 * XtX_inv
+    if len(cols) == 1:
+        return bool(2 * st.t.sf(abs(beta[1]) / np.sqrt(cov[1, 1]), df) < level)
+    for main in (1, 2):
+        idx = [main, 3]
+        b = beta[idx]
+        w = float(b @ np.linalg.solve(cov[np.ix_(idx, idx)], b))
+        if not st.f.sf(w / 2, 2, df) < level:
+            return False
+    return True
+
+
 class StopRules:
     """The standard of proof, and the stops that name nothing."""
 
@@ -44,6 +69,9 @@ class StopRules:
         cols = [np.array([1.0 if nm in o.active else 0.0 for o in obs]) for nm in names]
         level = self.alpha / len(self.factors)
         yy = np.asarray(y, dtype=float)
+        known = self._known_noise()
+        if known is not None:
+            return known_noise_significant(yy, cols, *known, level)
         try:
             if len(cols) == 1:
                 # one culprit: its main effect at alpha / N. Skipped when the references show
