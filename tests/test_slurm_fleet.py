@@ -221,7 +221,9 @@ def test_serving_sessions_run_inside_the_slurm_jobs(tmp_path, slurm):
     counted readings, the stop) runs whole inside a Slurm job; the driver stores its readings and
     its session row, with the node as host, and two jobs measure at once."""
     from test_serving_sessions import results, served_toy
-    exp = served_toy(tmp_path, effects={"slow": 0.7, "noop": 1.0}, more=CLUSTER.format(max_jobs=2, more=""))
+    # a generous readiness bound: two jobs start Python servers at once on a loaded 2-core box
+    exp = served_toy(tmp_path, server="ready_timeout_s = 60", effects={"slow": 0.7, "noop": 1.0},
+                     more=CLUSTER.format(max_jobs=2, more=""))
     p = cli(tmp_path, "run", exp, "--patches", "all", "--patches", "all-minus slow", "--repeat", "1", "--json",
             timeout=240)
     assert p.returncode == 0, p.stderr

@@ -260,6 +260,12 @@ class StagedAttribution(BurstGuard, StructuredEffects):
             return sorted(f for f, p in v.candidates if p >= SURE)
         return []
 
+    def _residual_pair(self, named: frozenset[str], bad: frozenset[str]) -> list[frozenset[str]]:
+        """The residual check's two arms in this batch's order: with several hosts (position i of a
+        batch on host i % hosts) the order flips every batch, so each host reads both arms."""
+        flip = self.hosts > 1 and (len(self._told) // self.hosts) % 2 == 1
+        return [bad, named] if flip else [named, bad]
+
     def _values(self, arm: frozenset[str], since: int = 0) -> list[float]:
         return [o.value for o in self.observations[since:] if o.ok and o.active == arm]
 
@@ -329,11 +335,16 @@ class StagedAttribution(BurstGuard, StructuredEffects):
             self._note_unruled_residual(named, g, b)
             return self._finish()
         if short:
-            want = [named] * max(0, RESIDUAL_REPEATS - len(g)) + [bad] * max(0, RESIDUAL_REPEATS - len(b))
-            # alternate the two arms so that drift cannot masquerade as a residual
-            order = [a for pair in zip([named] * RESIDUAL_REPEATS, [bad] * RESIDUAL_REPEATS) for a in pair]
-            batch = [a for a in order if a in want]
-            return batch[: max(1, min(2, self.max_trials - self.trials))]
+            # alternate the two arms so that drift cannot masquerade as a residual; with several
+            # hosts a batch fills them (two at a time left all but two idle)
+            need = {named: max(0, RESIDUAL_REPEATS - len(g)), bad: max(0, RESIDUAL_REPEATS - len(b))}
+            width = max(2, self.hosts)
+            if all(need.values()):
+                batch = self._residual_pair(named, bad) * (width // 2)
+            else:
+                wanted = named if need[named] else bad
+                batch = [wanted] * min(width, max(2, need[wanted]))
+            return batch[: max(1, min(width, self.max_trials - self.trials))]
         gw, bw = _winsorized(g), _winsorized(b)
         c = compare(gw, bw, higher_is_better=self.higher_is_better, min_effect=self.min_effect,
                     alpha=self.alpha)
@@ -352,7 +363,10 @@ class StagedAttribution(BurstGuard, StructuredEffects):
               if 0 < c.ci_low <= c.ci_high < math.inf else math.inf)
         unsure = not beyond and d + RESIDUAL_Z * se > 2 * self.min_effect
         if unsure and min(len(g), len(b)) < RESIDUAL_MAX and self.max_trials - self.trials >= 2:
-            return [named, bad]           # a hint of a residual: look closer before deciding
+            # a hint of a residual: look closer before deciding, a pair per two free hosts
+            pairs = max(1, min(self.hosts // 2, RESIDUAL_MAX - min(len(g), len(b)),
+                               (self.max_trials - self.trials) // 2))
+            return self._residual_pair(named, bad) * pairs
         point = c.ratio if self.higher_is_better else 1 / c.ratio
         looked = min(len(g), len(b)) >= RESIDUAL_MAX
         if beyond or (strict.regression and looked and point < 1 - self.min_effect):
