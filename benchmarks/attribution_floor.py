@@ -140,6 +140,25 @@ def strategy(n: int, effect: float, rep: int, kind: str = "single") -> tuple[int
     return v.trials, v.status == "culprits" and v.culprits == want
 
 
+def genie_run(s, names, measure, truth, n: int, rep: int, cap: int = 400) -> tuple[int, bool]:
+    """The genie's design for one seed, judged by strategy ``s``: the arms that prove ``truth``
+    (good, bad, the confirmation arms, and each culprit dropped alone when there are several), in
+    random order round after round until ``s.proven()`` names a set; (trials, named the truth)."""
+    C, everything = frozenset(truth), frozenset(names)
+    arms = [frozenset(), everything] + s.confirmation_arms(C)
+    if len(C) > 1:
+        arms += [everything - {c} for c in sorted(C)]
+    order = np.random.default_rng([zlib.crc32(b"genie"), n, rep])
+    named, t = None, 0
+    while named is None and t < cap:
+        for k in order.permutation(len(arms)):
+            s.tell(arms[k], measure(arms[k]))
+            t += 1
+            if t >= len(arms) and (named := s.proven()) is not None:
+                break
+    return t, named is not None and sorted(named) == truth
+
+
 def _genie_one(task) -> tuple:
     """One repetition of a simulate_attribution scenario: the genie and the strategy, same seed."""
     import simulate_attribution as sa
@@ -156,19 +175,7 @@ def _genie_one(task) -> tuple:
             continue
         s = AttributionStrategy(names, seed=rep, max_trials=400, stop_probability=stop,
                                 set_probability=set_p)
-        C, everything = frozenset(truth), frozenset(names)
-        arms = [frozenset(), everything] + s.confirmation_arms(C)
-        if len(C) > 1:
-            arms += [everything - {c} for c in sorted(C)]
-        order = np.random.default_rng([zlib.crc32(b"genie"), n, rep])
-        named, t = None, 0
-        while named is None and t < 400:
-            for k in order.permutation(len(arms)):
-                s.tell(arms[k], measure(arms[k]))
-                t += 1
-                if t >= len(arms) and (named := s.proven()) is not None:
-                    break
-        out.append((t, named is not None and sorted(named) == truth))
+        out.append(genie_run(s, names, measure, truth, n, rep))
     return key, n, out
 
 

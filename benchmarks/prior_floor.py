@@ -19,7 +19,6 @@ import argparse  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-import zlib  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -30,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 def genie(task) -> tuple:
     """One seed: trials the genie needs and whether it named the truth, without / with a prior."""
     import simulate_attribution as sa
+    from attribution_floor import genie_run
     from bisect_lab.strategies.attribution import AttributionStrategy
 
     key, n, rep = task
@@ -38,19 +38,7 @@ def genie(task) -> tuple:
         names, measure, truth, _ = sa.seeded_measure(key, n, rep)
         kw = {"noise_prior": sa.simulated_prior(sa.scenario(key).cv, rep)} if with_prior else {}
         s = AttributionStrategy(names, seed=rep, max_trials=400, **kw)
-        C, everything = frozenset(truth), frozenset(names)
-        arms = [frozenset(), everything] + s.confirmation_arms(C)
-        if len(C) > 1:
-            arms += [everything - {c} for c in sorted(C)]
-        order = np.random.default_rng([zlib.crc32(b"genie"), n, rep])
-        named, t = None, 0
-        while named is None and t < 400:
-            for k in order.permutation(len(arms)):
-                s.tell(arms[k], measure(arms[k]))
-                t += 1
-                if t >= len(arms) and (named := s.proven()) is not None:
-                    break
-        out.append((t, named is not None and sorted(named) == truth))
+        out.append(genie_run(s, names, measure, truth, n, rep))
     return key, n, out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from scipy import stats as _st
 
 from .compare import compare
-from .sequential import MARGIN_FRAC, NO_REGRESSION_ALPHA_DIVISOR, GateResult
+from .sequential import MARGIN_FRAC, NO_REGRESSION_ALPHA_DIVISOR, GateResult, gate_decision
 
 # The prior's weight is capped: 60 df of earlier readings already make the t quantile a z (2.00
 # against 1.96), and more would only make today's evidence against a changed machine weigh less.
@@ -145,11 +145,6 @@ def known_noise_gate(good, bad, sigma: float, df: float, *, higher_is_better: bo
     se = sigma * math.sqrt(1 / g.size + 1 / b.size)
     lo = reg - _st.t.ppf(1 - alpha / 2, df) * se
     hi = reg + _st.t.ppf(1 - alpha / NO_REGRESSION_ALPHA_DIVISOR, df) * se
-    thr = math.log1p(min_effect)
-    if lo > margin_frac * thr:
-        decision = "regression"
-    elif hi < thr and min(g.size, b.size) >= min_n_no:
-        decision = "no-regression"
-    else:
-        decision = "continue"
+    decision = gate_decision(lo, hi, min_effect=min_effect, margin_frac=margin_frac,
+                             n=min(g.size, b.size), min_n_no=min_n_no)
     return GateResult(decision, cmp, reg, lo, hi)

@@ -46,6 +46,20 @@ class GateResult:
     discounted: int = 0      # readings left out as stalls (robust=True)
 
 
+def gate_decision(lo: float, hi: float, *, min_effect: float, margin_frac: float, n: int,
+                  min_n_no: int) -> str:
+    """The gate's verdict from the regression's interval ``[lo, hi]`` (log units, positive =
+    worse): ``regression`` once ``lo`` passes ``margin_frac`` of ``log1p(min_effect)``,
+    ``no-regression`` once ``hi`` is below it with ``n >= min_n_no`` readings per arm ("no
+    regression" ends a campaign: not on two values per arm), else ``continue``."""
+    thr = math.log1p(min_effect)
+    if lo > margin_frac * thr:
+        return "regression"
+    if hi < thr and n >= min_n_no:
+        return "no-regression"
+    return "continue"
+
+
 def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: float = 0.02,
                     alpha: float = 0.05, margin_frac: float = MARGIN_FRAC, min_n: int = 2,
                     alpha_no: float | None = None, min_n_no: int = 4, trim: float = 0.0,
@@ -80,12 +94,6 @@ def regression_gate(good, bad, *, higher_is_better: bool = True, min_effect: flo
         # alpha (test_calibration.py)
         lo = reg - _st.t.ppf(1 - alpha / 2, df_lo) * se
         hi = reg + _st.t.ppf(1 - a_no, df) * se
-    thr = math.log1p(min_effect)
-    if lo > margin_frac * thr:
-        decision = "regression"
-    elif hi < thr and min(g.size, b.size) >= min_n_no:
-        # "no regression" ends a campaign: not on two values per arm
-        decision = "no-regression"
-    else:
-        decision = "continue"
+    decision = gate_decision(lo, hi, min_effect=min_effect, margin_frac=margin_frac,
+                             n=min(g.size, b.size), min_n_no=min_n_no)
     return GateResult(decision, cmp, reg, lo, hi, dropped)
