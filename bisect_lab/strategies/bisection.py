@@ -151,6 +151,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self._n_eff = (0.0, 0.0)                 # soft sample counts of the good and bad sides
         self._p_null = 0.0
         self._skew = 0.0                         # learned skewness of the noise (of u)
+        self._eps = OUT_EPS                      # learned outlier (stall) share of the readings
         self._recheck: int | None = None         # position the final check wants measured again
         self._check_models = True                # off in the sub-bisections of "several"
         self._probe: int | None = None           # position the model check wants measured next

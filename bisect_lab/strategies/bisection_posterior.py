@@ -12,12 +12,15 @@ import numpy as np
 from scipy import special as _special
 
 from .bisection_check import CHECK_EVERY, CHECK_FROM
-from .bisection_noise import (SKEW_MAX, SKEW_PRIOR_SD, SKEW_SURE, _logsumexp_rows, _mad,
-                              _noise_logpdf, _normalized, _precision_weight, _shape_logpdf,
-                              _skewnormal_params)
+from .bisection_noise import (SKEW_MAX, SKEW_PRIOR_SD, SKEW_SURE, _core_share, _learned_eps,
+                              _logsumexp_rows, _mad, _noise_logpdf, _normalized, _precision_weight,
+                              _shape_logpdf, _skewnormal_params)
 
-# EM iterations per observation; warm-started, so a few suffice.
+# EM iterations per observation; warm-started (the last fit's weights), so a few suffice. The first
+# fit after the confirm step starts from all ones: a stall among the endpoint readings then
+# inflates the scale of the first iterations, so that one iterates until the weights settle.
 EM_ITERS = 2
+EM_ITERS_COLD = 6
 # Prior sd of the linear drift slope, in log units per trial: 1% per 100 trials is typical drift
 # (clocks, temperature), so the ridge keeps a slope fitted on few endpoint points from running away.
 DRIFT_PRIOR_SD = 1e-4
@@ -151,9 +154,10 @@ class Posterior:
         separate = bool(p_var < SEPARATE_P or (p_var < 0.01 and max(f, 1 / max(f, 1e-300)) > 25))
         self._skew = 0.0 if separate else self._learn_skew(pos, u)
         self._recheck = None
-        omega = np.ones_like(u)
+        omega = self._warm_omega(u.size)
         log_prior_c = math.log(1 / (self.n - 1))
-        for it in range(EM_ITERS):
+        iters = EM_ITERS if self._omega is not None else EM_ITERS_COLD
+        for it in range(iters):
             logml, logml0 = self._log_marginal(pos, u, omega, separate)
             post, p0 = _normalized(logml, logml0, log_prior_c)
             # Soft fit given the posterior: w = P(position is bad) = P(c <= position).
@@ -170,10 +174,14 @@ class Posterior:
             sg, sb = math.sqrt(max(sg2, 1e-10)), math.sqrt(max(sb2, 1e-10))
             self._params = (a, b, sg, sb, beta)
             self._n_eff = (float((1 - w).sum()), float(w.sum()))
-            if it == EM_ITERS - 1:
+            if it == iters - 1:
                 break
-            # Robustness: a sample far from the side it probably belongs to counts less.
-            omega = (1 - w) * _precision_weight((u - a) / sg) + w * _precision_weight((u - b) / sb)
+            # Robustness: a sample far from the side it probably belongs to counts less; the share
+            # of such samples is learned from their responsibilities (stalls: a few percent).
+            rg, rb = (u - a) / sg, (u - b) / sb
+            out = (1 - w) * (1 - _core_share(rg, self._eps)) + w * (1 - _core_share(rb, self._eps))
+            self._eps = _learned_eps(out)
+            omega = (1 - w) * _precision_weight(rg, self._eps) + w * _precision_weight(rb, self._eps)
         self._post = post
         self._p_null = p0
         self._omega = omega
@@ -205,6 +213,16 @@ class Posterior:
         ):
             self._finish("inconclusive", reason="untestable")
 
+    def _warm_omega(self, n_obs: int) -> np.ndarray:
+        """The robustness weights of the last fit as the EM's start (new readings at 1). From all
+        ones, a campaign's stalls inflated the first iteration's scale so much (5% stalls: ~3x)
+        that most of them then looked like body and were never discounted."""
+        omega = np.ones(n_obs)
+        if self._omega is not None:
+            m = min(n_obs, self._omega.size)
+            omega[:m] = self._omega[:m]
+        return omega
+
     def _learn_skew(self, pos: np.ndarray, u: np.ndarray) -> float:
         """Skewness of the noise from the residuals of the observations whose side the current
         posterior is sure of (endpoints always; inner positions at 1 - SKEW_SURE), each against its
@@ -215,7 +233,10 @@ class Posterior:
         if self._post is None or self._post.sum() <= 0:
             return 0.0
         w = (np.cumsum(self._post) / float(self._post.sum()))[pos]
-        g_side, b_side = w <= 1 - SKEW_SURE, w >= SKEW_SURE
+        # Only readings the contamination model calls body: stalls are its business, and left in
+        # they pushed the skew to its cap (a long slow tail) and mis-shaped the body (#23).
+        body = self._warm_omega(u.size) >= 0.5
+        g_side, b_side = (w <= 1 - SKEW_SURE) & body, (w >= SKEW_SURE) & body
         ug, ub = u[g_side], u[b_side]
         if ug.size < 3 or ub.size < 3:
             return 0.0
@@ -259,7 +280,7 @@ class Posterior:
         for step in (mb - mg, np.maximum(mb - mg, -self._d_min)):
             lev = np.where(good, mg[:, None], (mg + step)[:, None])
             r = (u[None, :] - lev) / sig
-            out.append((_shape_logpdf(r, sn) - _noise_logpdf(r, 0.0, 1.0)).sum(axis=1))
+            out.append((_shape_logpdf(r, sn, self._eps) - _noise_logpdf(r, 0.0, 1.0, self._eps)).sum(axis=1))
         return out[0], out[1]
 
     def _hpd_range(self) -> tuple[int, int, float]:
