@@ -152,6 +152,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self._p_null = 0.0
         self._skew = 0.0                         # learned skewness of the noise (of u)
         self._eps = OUT_EPS                      # learned outlier (stall) share of the readings
+        self._frame = (0.0, 0.0, 0.0)            # drift slope, mean trial, centre of the last fit
         self._recheck: int | None = None         # position the final check wants measured again
         self._check_models = True                # off in the sub-bisections of "several"
         self._probe: int | None = None           # position the model check wants measured next

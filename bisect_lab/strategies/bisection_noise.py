@@ -74,9 +74,10 @@ def _shape_logpdf(r: np.ndarray, sn: tuple[float, float, float], eps: float = OU
     """log density of standardized residuals under the skew-normal body ``sn`` with the same
     gross-outlier contamination as ``_noise_logpdf`` (so an outlier stays an outlier)."""
     shape, loc, scale = sn
-    log_core, log_out = _log_mix(eps)
+    log_out = _log_mix(eps)[1]
     z = (r - loc) / scale
-    body = (log_core + math.log(2) - math.log(scale) - 0.5 * z * z + _special.log_ndtr(shape * z))
+    body = (math.log(2 * (1 - eps)) - 0.5 * math.log(2 * math.pi) - math.log(scale)
+            - 0.5 * z * z + _special.log_ndtr(shape * z))
     return np.logaddexp(body, log_out - 0.5 * r * r / OUT_K**2)
 
 
@@ -125,6 +126,22 @@ def _core_share(r: np.ndarray, eps: float = OUT_EPS) -> np.ndarray:
     return np.exp(lc - np.logaddexp(lc, lo))
 
 
+def _side_mixture_weight(x: np.ndarray, w: np.ndarray, a: float, sg: float, b: float, sb: float,
+                         eps: float) -> np.ndarray:
+    """Precision weight of new readings ``x`` under a fit (good level ``a``, bad ``b``) when each
+    one's side is only known as P(bad) = ``w``: the body responsibility of the whole mixture, so a
+    reading at an undecided position that sits on either level is body, and one far from both is
+    an outlier (the per-side average of weights would halve the first)."""
+    log_core, log_out = _log_mix(eps)
+    zg, zb = (x - a) / sg, (x - b) / sb
+    with np.errstate(divide="ignore"):
+        lg, lb = np.log(np.maximum(1 - w, 0.0)) - math.log(sg), np.log(np.maximum(w, 0.0)) - math.log(sb)
+    body = np.logaddexp(lg - 0.5 * zg * zg, lb - 0.5 * zb * zb) + log_core
+    out = np.logaddexp(lg - 0.5 * zg * zg / OUT_K**2, lb - 0.5 * zb * zb / OUT_K**2) + log_out
+    core = np.exp(body - np.logaddexp(body, out))
+    return core + (1 - core) / OUT_K**2
+
+
 def _precision_weight(r: np.ndarray, eps: float = OUT_EPS) -> np.ndarray:
     """EM weight of a standardized residual under the contaminated normal: ~1 in the body, 1/K^2
     for a gross outlier (a crashed-then-retried run, a throttled GPU). Only gross ones: in
@@ -136,8 +153,11 @@ def _precision_weight(r: np.ndarray, eps: float = OUT_EPS) -> np.ndarray:
 
 def _learned_eps(outlier_share: np.ndarray) -> float:
     """The outlier share from the readings' outlier responsibilities (M step of the EM), shrunk
-    toward OUT_EPS by a prior worth EPS_PRIOR_N readings, floored at OUT_EPS, capped at EPS_MAX."""
-    k = float(np.sum(outlier_share))
+    toward OUT_EPS by a prior worth EPS_PRIOR_N readings, floored at OUT_EPS, capped at EPS_MAX.
+    Only the readings called outliers (responsibility > 1/2) count: the body's own tail (a few
+    hundredths each) would lift eps off its floor on clean data, and a clean campaign should fit
+    exactly as it did with the fixed share (its tuning and tests stand)."""
+    k = float(np.sum(outlier_share[outlier_share > 0.5]))
     eps = (k + EPS_PRIOR_N * OUT_EPS) / (outlier_share.size + EPS_PRIOR_N)
     # Never below OUT_EPS: the fixed 1% was the floor of robustness the rest was tuned with, and
     # a clean campaign gains nothing from a thinner tail (it only makes the next stall count more).

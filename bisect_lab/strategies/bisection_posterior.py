@@ -12,13 +12,13 @@ import numpy as np
 from scipy import special as _special
 
 from .bisection_check import CHECK_EVERY, CHECK_FROM
-from .bisection_noise import (SKEW_MAX, SKEW_PRIOR_SD, SKEW_SURE, _core_share, _learned_eps,
+from .bisection_noise import (OUT_K, SKEW_MAX, SKEW_PRIOR_SD, SKEW_SURE, STALL_MADS, _core_share, _learned_eps,
                               _logsumexp_rows, _mad, _noise_logpdf, _normalized, _precision_weight,
-                              _shape_logpdf, _skewnormal_params)
+                              _shape_logpdf, _side_mixture_weight, _skewnormal_params)
 
-# EM iterations per observation; warm-started (the last fit's weights), so a few suffice. The first
-# fit after the confirm step starts from all ones: a stall among the endpoint readings then
-# inflates the scale of the first iterations, so that one iterates until the weights settle.
+# EM iterations per observation; warm-started (the last fit's outlier calls), so a few suffice. The
+# first fit after the confirm step, when it starts with a stall among the endpoint readings, iterates
+# until the weights settle.
 EM_ITERS = 2
 EM_ITERS_COLD = 6
 # Prior sd of the linear drift slope, in log units per trial: 1% per 100 trials is typical drift
@@ -139,24 +139,30 @@ class Posterior:
         return out1, out0
 
     def _update_bisect(self) -> None:
-        pos, u, t = self._arrays()
-        beta = self._drift_slope(pos, u, t)
-        u = u - beta * (t - t.mean())
+        pos, u_raw, t = self._arrays()
+        omega = self._warm_omega(pos, u_raw, t)
+        body = omega >= 0.5
+        beta = self._drift_slope(pos, u_raw, t)
+        u = u_raw - beta * (t - t.mean())
         # Centre so that the sufficient statistics keep their precision.
-        u = u - float(np.median(u))
-        good, bad = u[pos == 0], u[pos == self.n - 1]
+        centre = float(np.median(u))
+        u = u - centre
+        self._frame = (beta, float(t.mean()), centre)
+        good, bad = u[(pos == 0) & body], u[(pos == self.n - 1) & body]
+        if good.size < 3 or bad.size < 3:
+            good, bad = u[pos == 0], u[pos == self.n - 1]
         # One scale per side only when the endpoints clearly disagree on it (a regression that
         # loses CUDA graphs turns CV 0.6% into 14%); otherwise one shared scale is more efficient.
-        # Robust spreads (MAD): one stall at an endpoint must not pass for a change of noise level.
+        # Robust spreads (MAD), of the readings the contamination calls body: one stall at an
+        # endpoint must not pass for a change of noise level.
         f = float((_mad(good) / max(_mad(bad), 1e-150)) ** 2)
         cdf = float(_special.fdtr(good.size - 1, bad.size - 1, f))
         p_var = 2 * min(cdf, 1 - cdf)
         separate = bool(p_var < SEPARATE_P or (p_var < 0.01 and max(f, 1 / max(f, 1e-300)) > 25))
-        self._skew = 0.0 if separate else self._learn_skew(pos, u)
+        self._skew = 0.0 if separate else self._learn_skew(pos, u, body)
         self._recheck = None
-        omega = self._warm_omega(u.size)
         log_prior_c = math.log(1 / (self.n - 1))
-        iters = EM_ITERS if self._omega is not None else EM_ITERS_COLD
+        iters = EM_ITERS_COLD if self._omega is None and not body.all() else EM_ITERS
         for it in range(iters):
             logml, logml0 = self._log_marginal(pos, u, omega, separate)
             post, p0 = _normalized(logml, logml0, log_prior_c)
@@ -213,17 +219,39 @@ class Posterior:
         ):
             self._finish("inconclusive", reason="untestable")
 
-    def _warm_omega(self, n_obs: int) -> np.ndarray:
-        """The robustness weights of the last fit as the EM's start (new readings at 1). From all
-        ones, a campaign's stalls inflated the first iteration's scale so much (5% stalls: ~3x)
-        that most of them then looked like body and were never discounted."""
-        omega = np.ones(n_obs)
-        if self._omega is not None:
-            m = min(n_obs, self._omega.size)
-            omega[:m] = self._omega[:m]
+    def _warm_omega(self, pos: np.ndarray, u_raw: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Robustness weights to start the EM from: the last fit's, and for the readings since,
+        their weights under that fit (its levels, scales, outlier share and posterior, in its drift
+        and centring frame). From all ones, a stall inflated the first iteration's scale so much
+        (5% stalls: ~3x) that it and later ones looked like body and were never discounted (#23).
+        The first fit after the confirm step starts from the confirm step's own rule: an endpoint
+        reading STALL_MADS robust sd (pooled over both endpoints) from its side's median."""
+        omega = np.ones(pos.size)
+        if self._omega is None or self._params is None or self._post is None:
+            res = [u_raw[pos == p] - float(np.median(u_raw[pos == p]))
+                   for p in (0, self.n - 1) if np.any(pos == p)]
+            mad = _mad(np.concatenate(res)) if res else 0.0
+            if mad > 0:
+                for p in (0, self.n - 1):
+                    m = pos == p
+                    if m.any():
+                        far = np.abs(u_raw - float(np.median(u_raw[m]))) > STALL_MADS * mad
+                        omega[m & far] = 1 / OUT_K**2
+            return omega
+        # Only the outlier calls carry over; body readings restart at 1 as each fit always did (a
+        # clean campaign then fits exactly as before: its tuning and its tests stand).
+        m = min(pos.size, self._omega.size)
+        omega[:m] = np.where(self._omega[:m] < 0.5, self._omega[:m], 1.0)
+        if m < pos.size:
+            a, b, sg, sb, _ = self._params
+            beta, t_mean, centre = self._frame
+            x = u_raw[m:] - beta * (t[m:] - t_mean) - centre
+            w = (np.cumsum(self._post) / max(float(self._post.sum()), 1e-300))[pos[m:]]
+            new = _side_mixture_weight(x, w, a, sg, b, sb, self._eps)
+            omega[m:] = np.where(new < 0.5, new, 1.0)
         return omega
 
-    def _learn_skew(self, pos: np.ndarray, u: np.ndarray) -> float:
+    def _learn_skew(self, pos: np.ndarray, u: np.ndarray, body: np.ndarray) -> float:
         """Skewness of the noise from the residuals of the observations whose side the current
         posterior is sure of (endpoints always; inner positions at 1 - SKEW_SURE), each against its
         side's mean, clipped at 4 sd (gross outliers are the contamination's business) and shrunk
@@ -235,7 +263,6 @@ class Posterior:
         w = (np.cumsum(self._post) / float(self._post.sum()))[pos]
         # Only readings the contamination model calls body: stalls are its business, and left in
         # they pushed the skew to its cap (a long slow tail) and mis-shaped the body (#23).
-        body = self._warm_omega(u.size) >= 0.5
         g_side, b_side = (w <= 1 - SKEW_SURE) & body, (w >= SKEW_SURE) & body
         ug, ub = u[g_side], u[b_side]
         if ug.size < 3 or ub.size < 3:
