@@ -199,7 +199,8 @@ class Posterior:
             rg, rb = (u - a) / sg, (u - b) / sb
             e_flag = self._eps if FLAG_LEARNED else OUT_EPS
             out = (1 - w) * (1 - _core_share(rg, e_flag)) + w * (1 - _core_share(rb, e_flag))
-            self._eps = _learned_eps(out)
+            # The share of stalls: slow-side outliers only (the fast tail is the body's business).
+            self._eps = _learned_eps(np.where((1 - w) * rg + w * rb < 0, out, 0.0))
             e_flag = self._eps if FLAG_LEARNED else OUT_EPS
             omega = (1 - w) * _precision_weight(rg, e_flag) + w * _precision_weight(rb, e_flag)
             omega = self._levels_are_not_stalls(pos, u, omega, min(sg, sb))
@@ -250,25 +251,29 @@ class Posterior:
                 if m.any():
                     e[m] = u_raw[m] - float(np.median(u_raw[m]))
             # Against the spread of the other endpoint readings (leave one out): a MAD of a
-            # handful of readings is often near 0 and called ordinary ones stalls.
+            # handful of readings is often near 0 and called ordinary ones stalls. Slow side only
+            # (u is "higher is better"): a stall is slowness, and the fast tail of skewed noise
+            # (the H200 eager data) is body, whose flagging changed clean 5%-step runs.
             if ends.size >= 4:
                 tot = float((e[ends] ** 2).sum())
                 for j in ends:
                     sd = math.sqrt(max(tot - e[j] ** 2, 0.0) / (ends.size - 1))
-                    if sd > 0 and abs(e[j]) > STALL_MADS * sd:
+                    if sd > 0 and -e[j] > STALL_MADS * sd:
                         omega[j] = 1 / OUT_K**2
             return omega
-        # Only the outlier calls carry over; body readings restart at 1 as each fit always did (a
-        # clean campaign then fits exactly as before: its tuning and its tests stand).
+        # Only the outlier calls on the slow side carry over (below both fitted levels: a stall
+        # is slowness); everything else restarts at 1 as each fit always did. The fast tail of
+        # skewed noise (H200 eager) is body: carried, its calls changed clean 5%-step runs.
+        a, b, sg, sb, _ = self._params
+        beta, t_mean, centre = self._frame
+        slow = u_raw - beta * (t - t_mean) - centre < min(a, b)
         m = min(pos.size, self._omega.size)
-        omega[:m] = np.where(self._omega[:m] < 0.5, self._omega[:m], 1.0)
+        omega[:m] = np.where((self._omega[:m] < 0.5) & slow[:m], self._omega[:m], 1.0)
         if m < pos.size:
-            a, b, sg, sb, _ = self._params
-            beta, t_mean, centre = self._frame
             x = u_raw[m:] - beta * (t[m:] - t_mean) - centre
             w = (np.cumsum(self._post) / max(float(self._post.sum()), 1e-300))[pos[m:]]
             new = _side_mixture_weight(x, w, a, sg, b, sb, self._eps if FLAG_LEARNED else OUT_EPS)
-            omega[m:] = np.where(new < 0.5, new, 1.0)
+            omega[m:] = np.where((new < 0.5) & slow[m:], new, 1.0)
         return omega
 
     def _levels_are_not_stalls(self, pos: np.ndarray, u: np.ndarray, omega: np.ndarray,
