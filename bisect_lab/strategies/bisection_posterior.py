@@ -29,10 +29,9 @@ EM_ITERS_COLD = 6
 # read as a step in 1 of 40 stall runs without one.
 LEVEL_SDS = 3.0
 LEVEL_MIN = 3
-# The outlier calls (the weights) use the fixed OUT_EPS; the learned share only shapes the
-# predictive noise (search, skew correction). Calls at the learned share fed back on it (more calls,
-# a higher share, a lower threshold) and measured no better (cells 10/11/12/13, 40 seeds each).
-FLAG_LEARNED = False
+# The outlier calls (the weights) use the fixed OUT_EPS; the learned share (self._eps) only shapes
+# the predictive noise (search, skew correction). Calls at the learned share fed back on it (more
+# calls, a higher share, a lower threshold) and measured no better (cells 10/11/12/13, 40 seeds).
 # Prior sd of the linear drift slope, in log units per trial: 1% per 100 trials is typical drift
 # (clocks, temperature), so the ridge keeps a slope fitted on few endpoint points from running away.
 DRIFT_PRIOR_SD = 1e-4
@@ -197,12 +196,10 @@ class Posterior:
             # Robustness: a sample far from the side it probably belongs to counts less; the share
             # of such samples is learned from their responsibilities (stalls: a few percent).
             rg, rb = (u - a) / sg, (u - b) / sb
-            e_flag = self._eps if FLAG_LEARNED else OUT_EPS
-            out = (1 - w) * (1 - _core_share(rg, e_flag)) + w * (1 - _core_share(rb, e_flag))
+            out = (1 - w) * (1 - _core_share(rg, OUT_EPS)) + w * (1 - _core_share(rb, OUT_EPS))
             # The share of stalls: slow-side outliers only (the fast tail is the body's business).
             self._eps = _learned_eps(np.where((1 - w) * rg + w * rb < 0, out, 0.0))
-            e_flag = self._eps if FLAG_LEARNED else OUT_EPS
-            omega = (1 - w) * _precision_weight(rg, e_flag) + w * _precision_weight(rb, e_flag)
+            omega = (1 - w) * _precision_weight(rg, OUT_EPS) + w * _precision_weight(rb, OUT_EPS)
             omega = self._levels_are_not_stalls(pos, u, omega, min(sg, sb))
         self._post = post
         self._p_null = p0
@@ -272,7 +269,7 @@ class Posterior:
         if m < pos.size:
             x = u_raw[m:] - beta * (t[m:] - t_mean) - centre
             w = (np.cumsum(self._post) / max(float(self._post.sum()), 1e-300))[pos[m:]]
-            new = _side_mixture_weight(x, w, a, sg, b, sb, self._eps if FLAG_LEARNED else OUT_EPS)
+            new = _side_mixture_weight(x, w, a, sg, b, sb, OUT_EPS)
             omega[m:] = np.where((new < 0.5) & slow[m:], new, 1.0)
         return omega
 
