@@ -28,6 +28,7 @@ from bisect_lab.strategies.bisection import bisect_sequence  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baseline_bisection  # noqa: E402  (the strategy before model checking: method "before")
+from baseline_main.bisection import bisect_sequence as main_bisect_sequence  # noqa: E402  (method "main")
 
 # tok/s of the eager (no CUDA graphs) arm, one process launch per sample, from
 # h200_decode_noise_2026-11-29.json: median 905, CV 14%, a long right tail (1.28x, 1.36x).
@@ -82,7 +83,7 @@ class Scenario:
     methods: tuple = ()          # () = every method
 
 
-NEW_METHODS = ("noisy", "before")
+NEW_METHODS = ("noisy", "before", "main")
 
 SCENARIOS = (
     Scenario("step 5%", 0.05),
@@ -226,8 +227,9 @@ def run_one(args: tuple) -> tuple:
     world = World(sc, rep, si)
     effect = None
     steps: list = []
-    if method in ("noisy", "before"):
-        fn = bisect_sequence if method == "noisy" else baseline_bisection.bisect_sequence
+    if method in ("noisy", "before", "main"):
+        fn = {"noisy": bisect_sequence, "before": baseline_bisection.bisect_sequence,
+              "main": main_bisect_sequence}[method]
         v = fn(N, world.measure, seed=rep, min_effect=sc.min_effect)
         status, index, rng = v.status, v.index, v.range
         effect = v.effect
@@ -253,7 +255,9 @@ def run_one(args: tuple) -> tuple:
     exact = status == want == "several" and sorted((i for i, _ in steps), key=lambda i: (i is None, i or 0)) == world.changes
     return si, method, ok, world.calls, status, effect, exact
 
-METHODS = ("noisy", "before", "single-run", "fixed-5")
+# "main": a frozen copy of the strategy as on main at 760128a (benchmarks/baseline_main/), the
+# baseline of the stall work (issue #23), run on the same seeds as "noisy".
+METHODS = ("noisy", "before", "main", "single-run", "fixed-5")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,9 @@ Method, in the order it runs (docs/bisection.md has the figures):
    recomputed from every observation (endpoints included). Noise: normal on log values, with the
    two levels and the scale *integrated out* (flat / Jeffreys priors; the step has a half-normal
    prior either side of ``-min_effect``), so a handful of endpoint samples cannot make it
-   overconfident; gross outliers are down-weighted by contaminated-normal EM weights; a shared
+   overconfident; gross outliers are down-weighted by contaminated-normal EM weights (warm-started
+   from the last fit's slow-side outlier calls, so stalls cannot inflate the scale and hide; the
+   stall share is learned, see bisection_posterior); a shared
    linear drift, fitted on the endpoint samples only, is removed first. The body of the noise is
    skewed to match the data: its skewness is learned from the residuals (shrunk toward normal) and
    the normal body is swapped for a skew-normal one at the fitted levels and scale of each split.
@@ -151,6 +153,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         self._n_eff = (0.0, 0.0)                 # soft sample counts of the good and bad sides
         self._p_null = 0.0
         self._skew = 0.0                         # learned skewness of the noise (of u)
+        self._eps = OUT_EPS                      # learned outlier (stall) share of the readings
+        self._frame = (0.0, 0.0, 0.0)            # drift slope, mean trial, centre of the last fit
         self._recheck: int | None = None         # position the final check wants measured again
         self._check_models = True                # off in the sub-bisections of "several"
         self._probe: int | None = None           # position the model check wants measured next

@@ -20,6 +20,12 @@ from ..stats import winsorize as _winsorize
 # ordinary sample by ~50% in simulation, which made "95%" mean 84%.
 OUT_EPS = 0.01
 OUT_K = 10.0
+# The outlier share is learned from the campaign's readings (issue #23: a fixed 1% read 5% of
+# stalls as body, whose spread they then inflated ~3x, so most of them were not even discounted):
+# the EM responsibilities' mean, under a prior worth EPS_PRIOR_N readings at OUT_EPS (clean data
+# keep it near 1%), capped at EPS_MAX (beyond that, stalls are no longer "the few").
+EPS_PRIOR_N = 50.0
+EPS_MAX = 0.2
 # Prior probability, when bisection starts, that there is no regression of min_effect or more (the
 # confirm step can be fooled by noise); the data then decide.
 NULL_PRIOR = 0.5
@@ -35,13 +41,19 @@ SKEW_MAX = 0.9
 # Confirm step: an endpoint reading this many robust sd (MAD) from its side's median is a stall.
 STALL_MADS = 6.0
 
-_LOG_CORE = math.log(1 - OUT_EPS) - 0.5 * math.log(2 * math.pi)
-_LOG_OUT = math.log(OUT_EPS) - 0.5 * math.log(2 * math.pi) - math.log(OUT_K)
+def _log_mix(eps: float) -> tuple[float, float]:
+    """log weights (with the normal constants) of the body and of the outlier component."""
+    return (math.log(1 - eps) - 0.5 * math.log(2 * math.pi),
+            math.log(eps) - 0.5 * math.log(2 * math.pi) - math.log(OUT_K))
 
 
-def _noise_logpdf(x: np.ndarray, loc: float, scale: float) -> np.ndarray:
+_LOG_CORE, _LOG_OUT = _log_mix(OUT_EPS)
+
+
+def _noise_logpdf(x: np.ndarray, loc: float, scale: float, eps: float = OUT_EPS) -> np.ndarray:
+    log_core, log_out = _log_mix(eps)
     r2 = ((x - loc) / scale) ** 2
-    return np.logaddexp(_LOG_CORE - 0.5 * r2, _LOG_OUT - 0.5 * r2 / OUT_K**2) - math.log(scale)
+    return np.logaddexp(log_core - 0.5 * r2, log_out - 0.5 * r2 / OUT_K**2) - math.log(scale)
 
 
 def _skewnormal_params(g: float) -> tuple[float, float, float]:
@@ -58,14 +70,15 @@ def _skewnormal_params(g: float) -> tuple[float, float, float]:
     return shape, -scale * delta * math.sqrt(2 / math.pi), scale
 
 
-def _shape_logpdf(r: np.ndarray, sn: tuple[float, float, float]) -> np.ndarray:
+def _shape_logpdf(r: np.ndarray, sn: tuple[float, float, float], eps: float = OUT_EPS) -> np.ndarray:
     """log density of standardized residuals under the skew-normal body ``sn`` with the same
     gross-outlier contamination as ``_noise_logpdf`` (so an outlier stays an outlier)."""
     shape, loc, scale = sn
+    log_out = _log_mix(eps)[1]
     z = (r - loc) / scale
-    body = (math.log(2 * (1 - OUT_EPS)) - 0.5 * math.log(2 * math.pi) - math.log(scale)
+    body = (math.log(2 * (1 - eps)) - 0.5 * math.log(2 * math.pi) - math.log(scale)
             - 0.5 * z * z + _special.log_ndtr(shape * z))
-    return np.logaddexp(body, _LOG_OUT - 0.5 * r * r / OUT_K**2)
+    return np.logaddexp(body, log_out - 0.5 * r * r / OUT_K**2)
 
 
 def _mad(x: np.ndarray) -> float:
@@ -104,16 +117,51 @@ def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
     return m + np.log(np.exp(x - m[:, None]).sum(axis=1))
 
 
-def _precision_weight(r: np.ndarray) -> np.ndarray:
+def _core_share(r: np.ndarray, eps: float = OUT_EPS) -> np.ndarray:
+    """EM responsibility of the body for each standardized residual (1 - P(outlier))."""
+    log_core, log_out = _log_mix(eps)
+    r2 = r * r
+    lc = log_core - 0.5 * r2
+    lo = log_out - 0.5 * r2 / OUT_K**2
+    return np.exp(lc - np.logaddexp(lc, lo))
+
+
+def _side_mixture_weight(x: np.ndarray, w: np.ndarray, a: float, sg: float, b: float, sb: float,
+                         eps: float) -> np.ndarray:
+    """Precision weight of new readings ``x`` under a fit (good level ``a``, bad ``b``) when each
+    one's side is only known as P(bad) = ``w``: the body responsibility of the whole mixture, so a
+    reading at an undecided position that sits on either level is body, and one far from both is
+    an outlier (the per-side average of weights would halve the first)."""
+    log_core, log_out = _log_mix(eps)
+    zg, zb = (x - a) / sg, (x - b) / sb
+    with np.errstate(divide="ignore"):
+        lg, lb = np.log(np.maximum(1 - w, 0.0)) - math.log(sg), np.log(np.maximum(w, 0.0)) - math.log(sb)
+    body = np.logaddexp(lg - 0.5 * zg * zg, lb - 0.5 * zb * zb) + log_core
+    out = np.logaddexp(lg - 0.5 * zg * zg / OUT_K**2, lb - 0.5 * zb * zb / OUT_K**2) + log_out
+    core = np.exp(body - np.logaddexp(body, out))
+    return core + (1 - core) / OUT_K**2
+
+
+def _precision_weight(r: np.ndarray, eps: float = OUT_EPS) -> np.ndarray:
     """EM weight of a standardized residual under the contaminated normal: ~1 in the body, 1/K^2
     for a gross outlier (a crashed-then-retried run, a throttled GPU). Only gross ones: in
     simulation, down-weighting the ordinary skewed tail of the H200 data (+2.7 sd) shrank the
     fitted scale more than it removed misleading samples, and cost accuracy."""
-    r2 = r * r
-    lc = _LOG_CORE - 0.5 * r2
-    lo = _LOG_OUT - 0.5 * r2 / OUT_K**2
-    core = np.exp(lc - np.logaddexp(lc, lo))
+    core = _core_share(r, eps)
     return core + (1 - core) / OUT_K**2
+
+
+def _learned_eps(outlier_share: np.ndarray) -> float:
+    """The outlier share from the readings' outlier responsibilities (M step of the EM), shrunk
+    toward OUT_EPS by a prior worth EPS_PRIOR_N readings, floored at OUT_EPS, capped at EPS_MAX.
+    Only the readings called outliers (responsibility > 1/2) count: the body's own tail (a few
+    hundredths each) would lift eps off its floor on clean data, and a clean campaign should fit
+    exactly as it did with the fixed share (its tuning and tests stand)."""
+    k = float(np.sum(outlier_share[outlier_share > 0.5]))
+    eps = (k + EPS_PRIOR_N * OUT_EPS) / (outlier_share.size + EPS_PRIOR_N)
+    # Never below OUT_EPS: the fixed 1% was the floor of robustness the rest was tuned with, and
+    # a clean campaign gains nothing from a thinner tail (it only makes the next stall count more).
+    return min(max(eps, OUT_EPS), EPS_MAX)
 
 
 

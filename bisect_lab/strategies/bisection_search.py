@@ -41,8 +41,8 @@ class NextPosition:
         hi = max(a + 12 * sg_e, b + 12 * sb_e)
         y = np.linspace(lo, hi, 256)
         dy = float(y[1] - y[0])
-        fg = np.exp(_noise_logpdf(y, a, sg_e))
-        fb = np.exp(_noise_logpdf(y, b, sb_e))
+        fg = np.exp(_noise_logpdf(y, a, sg_e, self._eps))
+        fb = np.exp(_noise_logpdf(y, b, sb_e, self._eps))
         return fg, fb, dy
 
     def _mi(self, q: np.ndarray) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""Frozen copy of main's noisy bisection (760128a), the benchmark baseline "main"."""

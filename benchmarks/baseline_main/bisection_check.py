@@ -1,0 +1,295 @@
+# Frozen copy of bisect_lab/strategies/bisection_check.py as on main at 760128a (before the learned outlier share, issue #23 stalls):
+# the baseline simulate_bisection.py runs as method "main". Not used by the product.
+"""The model check of the noisy bisection: do the readings fit one step, or a slide (``gradual``)
+or two steps (``several``, each pinned by a sub-bisection) significantly better? The fits
+themselves are in ``bisection_models.py``.
+
+A mixin of ``bisection.BisectionStrategy``: it reads and sets that class's state.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import bisection_models as _models
+from .bisection_confirm import MIN_ENDPOINT
+
+# Model check before an answer (bisection_models.py): the one-step model is rejected against a
+# slide or two steps at a bootstrap p below CHECK_ALPHA when a culprit would be named (or the budget
+# ends), and below CHECK_ALPHA_LOOK at the looks taken every CHECK_EVERY trials from CHECK_FROM on
+# (many looks: stricter). Between CHECK_ALPHA and CHECK_GRAY the check is undecided and up to
+# MODEL_EXTRA more trials go where the models' predictions differ most.
+# Strict, because the readings are not a fixed design: the confirm step stops when the endpoints
+# look most apart (those readings are left out of the check: optional stopping biases them), and
+# the search re-reads a position while it looks ambiguous, which makes a wrong turn look like a
+# level of its own; at 1% a clean 5% step was called "several" in 8% of simulated runs.
+CHECK_ALPHA = 0.002
+CHECK_ALPHA_LOOK = 0.002
+CHECK_GRAY = 0.02
+CHECK_LOOSE = 0.3
+MODEL_EXTRA_LOOSE = 8
+# ... and a fitted second step counts only at min_effect or more and |t| >= SECOND_T.
+SECOND_T = 2.0
+# To reject one step for two, the weaker step must also stand alone at |t| >= REJECT_T: the bootstrap
+# alone let a 25% step with skewed noise be called "several" in 2% of simulated runs.
+REJECT_T = 3.5
+CHECK_EVERY = 12
+CHECK_FROM = 36
+CHECK_REPS = 999
+MODEL_EXTRA = 16
+# Several hosts: model-check probes per batch (each one a round of its own would cost wall time).
+PROBE_BATCH = 2
+# Slide against two steps: two steps win when N log(RSS_slide / RSS_two) exceeds log N (one more
+# parameter, BIC); within MODEL_MARGIN of that line the models are told apart by more readings.
+MODEL_MARGIN = 3.0
+
+
+class ModelCheck:
+    """One step against a slide or two steps; the answers ``gradual`` and ``several``."""
+
+    def _kept(self) -> np.ndarray:
+        """Readings the noise model does not discount as stalls / gross outliers."""
+        n_obs = len(self._obs_u)
+        keep = np.ones(n_obs, dtype=bool)
+        if self._omega is not None:
+            m = min(n_obs, self._omega.size)
+            keep[:m] = self._omega[:m] >= 0.5
+        return keep
+
+    def _fit_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, drift-corrected u) of the kept readings after the confirm step."""
+        pos, u, t = self._arrays()
+        beta = self._params[4] if self._params is not None else 0.0
+        u = u - beta * (t - t.mean())
+        keep = self._kept()
+        keep[: self._confirm_obs] = False
+        return pos[keep], u[keep]
+
+    def _fit_all_readings(self):
+        pos, u, t = self._arrays()
+        beta = self._params[4] if self._params is not None else 0.0
+        u = u - beta * (t - t.mean())
+        keep = self._kept()
+        f = _models.fit_models(pos[keep], u[keep])
+        return None if f is None else _models.fit_models(pos[keep], u[keep], anchor=f.one)
+
+    def _second_step_in_all_readings(self) -> bool:
+        f = self._fit_all_readings()
+        return f is not None and self._alternative_is_real(f, "two")
+
+    def _alternative_is_real(self, f, alt: str, t_min: float = 0.0) -> bool:
+        """A second step must be of min_effect or more, a slide must have readings inside it
+        (two distinct positions): otherwise the 'alternative' is noise dressed as structure."""
+        if alt == "two":
+            l1, l2, l3 = f.two_levels
+            n1, n2, n3 = f.two_counts
+            sd = math.sqrt(f.rss_two / max(f.n - 3, 1))
+            t = min(abs(l1 - l2) / (sd * math.sqrt(1 / n1 + 1 / n2)), abs(l2 - l3) / (sd * math.sqrt(1 / n2 + 1 / n3)))
+            return min(abs(l1 - l2), abs(l2 - l3)) >= self._d_min and t >= max(SECOND_T, t_min)
+        lo, hi = f.xs[f.slide[0]], f.xs[f.slide[1]]
+        return int(np.sum((f.xs > lo) & (f.xs < hi))) >= 2
+
+    def _model_check(self, *, final: bool) -> str:
+        """Do the readings fit one step? 'one' (yes, or cannot tell), 'probe' (undecided at the
+        answer: ``_probe`` is measured next), or 'rejected' (phase 'models' or finished)."""
+        self._last_check_t = len(self._path)
+        pos, u = self._fit_data()
+        f, p = _models.check_one_step(pos, u, seed=[self.seed, len(self._path)], reps=CHECK_REPS)
+        self._check = {"p_one_step": p, "model": "one", "extra": self._extra}
+        alpha = CHECK_ALPHA if final else CHECK_ALPHA_LOOK
+        if f is None:
+            # Too few positions read after the confirm step to fit an alternative.
+            if not (final and self._extra < MODEL_EXTRA_LOOSE and self._second_step_in_all_readings()):
+                return "one"
+            return "probe" if self._set_probes(self._fit_all_readings(), "one", "two", pos) else "one"
+        alt = "slide" if f.rss_slide <= f.rss_two else "two"
+        real = self._alternative_is_real(f, alt, t_min=REJECT_T)
+        if not (p <= alpha and real):
+            real = self._alternative_is_real(f, alt)
+            # Undecided at the answer: nearly significant, or a second step of min_effect or more
+            # fitted that the readings can neither confirm nor rule out (a second step is usually
+            # where the search read little, far from the first; the probes read there).
+            if final and p <= CHECK_GRAY and real:
+                probe_alt = alt
+            elif final and p <= CHECK_LOOSE and self._extra < MODEL_EXTRA_LOOSE and self._alternative_is_real(f, "two"):
+                probe_alt = "two"
+            elif final and self._extra < MODEL_EXTRA_LOOSE and self._second_step_in_all_readings():
+                # Only the confirm step's readings (left out of the test) show it: read there again.
+                f, probe_alt = self._fit_all_readings(), "two"
+            else:
+                return "one"
+            return "probe" if self._set_probes(f, "one", probe_alt, pos) else "one"
+        self._phase = "models"
+        self._decide_models(f, pos, u)
+        return "rejected"
+
+    def _can_probe(self) -> bool:
+        return not self._no_more and self._extra < MODEL_EXTRA and len(self._path) < self.max_trials - 1
+
+    def _update_models(self) -> None:
+        pos, u = self._fit_data()
+        f = _models.fit_models(pos, u)
+        if f is not None:
+            self._decide_models(f, pos, u)
+
+    def _decide_models(self, f, pos: np.ndarray, u: np.ndarray) -> None:
+        """Slide or two steps: by BIC, with more readings where they differ while that is close."""
+        self._fits = f
+        d = f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n)
+        if abs(d) < MODEL_MARGIN and self._set_probes(f, "slide", "two", pos):
+            return
+        self._check = dict(self._check or {}, model="two" if d > 0 else "slide", extra=self._extra)
+        if d > 0:
+            self._start_steps(f)
+        else:
+            self._finish_gradual(f)
+
+    def _set_probes(self, f, m1: str, m2: str, pos: np.ndarray) -> bool:
+        """Set the next probe(s) where models m1 and m2 differ most; False when there is none.
+        With several hosts up to PROBE_BATCH go in one batch (one round instead of several; each
+        pick counts as read once more, so a second one may be elsewhere or a repeat)."""
+        if not self._can_probe():
+            return False
+        k = min(PROBE_BATCH if self.parallel > 1 else 1, MODEL_EXTRA - self._extra,
+                self.max_trials - 1 - len(self._path))
+        probes = self._disagreement(f, m1, m2, pos, k=max(k, 1))
+        if not probes:
+            return False
+        self._probe, self._probe_more = probes[0], probes[1:]
+        self._extra += len(probes)
+        return True
+
+    def _disagreement(self, f, m1: str, m2: str, pos: np.ndarray, k: int = 1) -> list[int]:
+        """The ``k`` testable positions where models m1 and m2 predict most differently, relative
+        to how often each was read (a pick counts as one more reading); [] when they nowhere
+        differ by half a noise sd."""
+        xs = f.xs
+        cand = set(int(x) for x in xs)
+        cand |= {int((a + b) // 2) for a, b in zip(xs[:-1], xs[1:]) if b - a > 1}
+        # Endpoints included: a second step far from the first shows as an endpoint that does not
+        # read like the flat run next to the step.
+        cand = sorted(c for c in cand if 0 <= c <= self.n - 1 and c not in self._untestable)
+        if not cand:
+            return None
+        c = np.asarray(cand)
+        diff = _models.predict(f, m1, c) - _models.predict(f, m2, c)
+        sd2 = max(f.rss_one / max(f.n - 2, 1), 1e-12)
+        counts = np.array([np.sum(pos == x) for x in cand], dtype=float)
+        out: list[int] = []
+        for _ in range(k):
+            score = np.where(np.isnan(diff), -1.0, np.nan_to_num(diff) ** 2 / sd2 / (1 + counts))
+            best = int(np.argmax(score))
+            if score[best] < 0.25:
+                break
+            out.append(int(c[best]))
+            counts[best] += 1
+        return out
+
+    def _finish_gradual(self, f) -> None:
+        lo, hi = int(f.xs[f.slide[0]]), int(f.xs[f.slide[1]])
+        pos, u, _ = self._arrays()
+        keep = self._kept()
+        effect, ci = self._effect_of(u[keep & (pos <= lo)], u[keep & (pos >= hi)])
+        self._answer = {"range": (lo + 1, hi), "effect": effect, "ci": ci}
+        self._finish("gradual", reason="model-check")
+
+    def _start_steps(self, f) -> None:
+        xs, (k, l) = f.xs, f.two
+        self._steps_todo = [
+            {"lo": int(xs[k]), "hi": int(xs[k + 1]), "seg_lo": 0, "seg_hi": int(xs[l])},
+            {"lo": int(xs[l]), "hi": int(xs[l + 1]), "seg_lo": int(xs[k + 1]), "seg_hi": self.n - 1},
+        ]
+        self._phase = "steps"
+        self._next_child()
+
+    def _next_child(self) -> None:
+        """Pin the next step by a sub-bisection of the stretch between the other step's fitted
+        gap and the far end (not only the gap this step was fitted in: a fitted split is noisy,
+        and a sub-bisection of a gap without the step names noise), told every reading there."""
+        while self._steps_todo:
+            st = self._steps_todo[0]
+            lo, hi = st["lo"], st["hi"]
+            if hi - lo == 1 or self._no_more or len(self._path) >= self.max_trials - 1:
+                self._step_done(st, hi if hi - lo == 1 else None, (lo + 1, hi))
+                continue
+            pos, u, _ = self._arrays()
+            keep = self._kept()
+            a, b = st["seg_lo"], st["seg_hi"]
+            left = keep & (pos >= a) & (pos <= lo)
+            right = keep & (pos >= hi) & (pos <= b)
+            inside = keep & (pos >= a) & (pos <= b)
+            worse = float(u[left].mean()) > float(u[right].mean())
+            child = type(self)(
+                b - a + 1, higher_is_better=self.higher_is_better == worse,
+                seed=self.seed + 1 + len(self._steps_done),
+                max_trials=max(2 * MIN_ENDPOINT, int(inside.sum()) + self.max_trials - len(self._path)),
+                confidence=self.confidence, min_effect=self.min_effect, parallel=self.parallel)
+            child._check_models = False
+            for j in np.flatnonzero(inside):
+                child.tell(int(pos[j]) - a, self._path[self._obs_pathi[j]][1])
+            if child.done:
+                self._child_done(st, child)
+                continue
+            self._child = child
+            return
+        self._finish_several()
+
+    def _ask_child(self, free: int) -> list[int]:
+        assert self._child is not None
+        lo = self._steps_todo[0]["seg_lo"]
+        new = [lo + p for p in self._child.ask() if lo + p not in self._outstanding][:free]
+        return new or list(self._outstanding)
+
+    def _tell_child(self, position: int, value: float | None) -> None:
+        if self._child is None:
+            return
+        st = self._steps_todo[0]
+        if st["seg_lo"] <= position <= st["seg_hi"]:
+            self._child.tell(position - st["seg_lo"], value)
+        if self._child.done:
+            child, self._child = self._child, None
+            self._child_done(st, child)
+            self._next_child()
+
+    def _child_done(self, st: dict, child: "BisectionStrategy") -> None:
+        v = child.verdict()
+        st["child"] = v.status
+        lo = st["seg_lo"]
+        if v.status == "culprit" and v.index is not None:
+            self._step_done(st, lo + v.index, (lo + v.index, lo + v.index))
+        elif v.range is not None:
+            self._step_done(st, None, (lo + v.range[0], lo + v.range[1]))
+        else:
+            self._step_done(st, None, (st["lo"] + 1, st["hi"]))
+
+    def _step_done(self, st: dict, index: int | None, rng: tuple[int, int]) -> None:
+        self._steps_todo.pop(0)
+        self._steps_done.append(dict(st, index=index, range=rng))
+
+    def _finish_several(self) -> None:
+        pos, u, _ = self._arrays()
+        keep = self._kept()
+        steps = []
+        for st in self._steps_done:
+            lo, hi = (st["index"] - 1, st["index"]) if st["index"] is not None else (st["lo"], st["hi"])
+            good = keep & (pos >= st["seg_lo"]) & (pos <= lo)
+            bad = keep & (pos >= hi) & (pos <= st["seg_hi"])
+            effect, ci = self._effect_of(u[good], u[bad])
+            steps.append({"index": st["index"], "range": [int(st["range"][0]), int(st["range"][1])],
+                          "effect": effect, "effect_ci": list(ci) if ci is not None else None})
+        # A step whose sub-bisection found no regression, or whose effect from the flat readings is
+        # under half of min_effect, was the fit's noise: with one step left, that is the culprit.
+        real = [st for st, d in zip(steps, self._steps_done)
+                if d.get("child") != "no-regression" and st["effect"] is not None
+                and abs(math.log(st["effect"])) >= self._d_min / 2]
+        if len(real) == 1 and self._post is not None and real[0]["index"] == int(np.argmax(self._post)):
+            self._check = dict(self._check or {}, model="one")
+            self._finish("culprit", reason="posterior")
+            return
+        steps = real if len(real) >= 2 else steps
+        first = steps[0]
+        self._answer = {"steps": tuple(steps), "index": first["index"], "effect": first["effect"],
+                        "ci": tuple(first["effect_ci"]) if first["effect_ci"] else None,
+                        "range": (steps[0]["range"][0], steps[-1]["range"][1])}
+        self._finish("several", reason="model-check")
