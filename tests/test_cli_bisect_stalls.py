@@ -6,14 +6,17 @@ import textwrap
 from test_cli_bisect import repo_with_history
 from test_cli_run import cli
 
-# Runs the tree's bench.py and, on its STALL_AT-th call, reports a third of the throughput (a page-
+# Runs the tree's bench.py (its noise seeded by the call number) and, on its STALL_AT-th call, reports a third of the throughput (a page-
 # cache miss, a shared box): a counter file outside the tree keeps the count across trials.
 WRAPPER = textwrap.dedent('''
     import re, subprocess, sys
     counter, stall_at = sys.argv[1], int(sys.argv[2])
     n = int(open(counter).read() or 0) + 1 if __import__("os").path.exists(counter) else 1
     open(counter, "w").write(str(n))
-    out = subprocess.run([sys.executable, "bench.py"], capture_output=True, text=True, check=True).stdout
+    # the bench's noise seeded by the call number: the same readings every run (unseeded, a 1%
+    # Gaussian draw now and then read as a second discounted reading or moved the search)
+    seeded = f"import random, runpy; random.seed({n}); runpy.run_path('bench.py', run_name='__main__')"
+    out = subprocess.run([sys.executable, "-c", seeded], capture_output=True, text=True, check=True).stdout
     if n == stall_at:
         out = re.sub(r"([0-9.]+)$", lambda m: f"{float(m.group(1)) / 3:.3f}", out.strip()) + "\\n"
     sys.stdout.write(out)
