@@ -78,6 +78,18 @@ class Scenario:
     # (1.5, 3.0): 1.5x to 3x slower); noise "t3": Student-t (3 df) noise of the same CV.
     stall_rate: float = 0.0
     stall_size: tuple = (1.5, 3.0)
+    # Bursts of host contention (issue #23): before each reading outside a burst, a burst starts
+    # with probability burst_rate; it covers burst_len consecutive readings in the strategy's ask
+    # order (that one included), each slower by one level drawn uniformly in burst_size for the
+    # whole burst, times 1 + burst_jitter * N(0, 1) per reading.
+    burst_rate: float = 0.0
+    burst_len: int = 6
+    burst_size: tuple = (0.20, 0.35)
+    burst_jitter: float = 0.03
+    # A machine that changes mid-campaign (issue #23): every reading from the machine_from-th
+    # (1-based, in ask order) on is machine_step slower (relative, like step).
+    machine_step: float = 0.0
+    machine_from: int = 0
     noise: str = ""              # "" = the run's --noise
     cv: float = 0.0              # 0 = CV
     methods: tuple = ()          # () = every method
@@ -103,6 +115,14 @@ SCENARIOS = (
              reps_share=0.5, methods=NEW_METHODS),
     Scenario("step 5%, t3 noise", 0.05, noise="t3", reps_share=0.5, methods=NEW_METHODS),
     Scenario("no step, stalls 3% (1.5-3x)", 0.0, stall_rate=0.03, reps_share=0.5, methods=NEW_METHODS),
+    # 14-17: bursts of host contention and a machine change mid-campaign (issue #23); appended so
+    # the cells above keep their seeds (the seed holds the scenario's index).
+    Scenario("step 5%, bursts", 0.05, burst_rate=0.02, reps_share=0.5, methods=NEW_METHODS),
+    Scenario("no step, bursts", 0.0, burst_rate=0.02, reps_share=0.5, methods=NEW_METHODS),
+    Scenario("step 5%, machine -3% from trial 40", 0.05, machine_step=0.03, machine_from=40,
+             reps_share=0.5, methods=NEW_METHODS),
+    Scenario("no step, machine -3% from trial 40", 0.0, machine_step=0.03, machine_from=40,
+             reps_share=0.5, methods=NEW_METHODS),
 )
 MIN_GAP = 10
 
@@ -134,9 +154,22 @@ class World:
         self.untestable = set(self.rng.choice(inner, k, replace=False).tolist()) if k else set()
         self.sc = sc
         self.calls = 0
+        self.burst_left = 0      # readings left in the current burst
+        self.burst_level = 0.0
 
     def measure(self, i: int) -> float | None:
         self.calls += 1
+        # Host contention runs on the clock, not on the build: a burst is drawn and counted for
+        # an untestable position too. Nothing is drawn when the scenario has no bursts, so the
+        # other cells' random streams are unchanged.
+        in_burst = False
+        if self.sc.burst_rate:
+            if self.burst_left == 0 and self.rng.random() < self.sc.burst_rate:
+                self.burst_left = self.sc.burst_len
+                self.burst_level = float(self.rng.uniform(*self.sc.burst_size))
+            if self.burst_left:
+                self.burst_left -= 1
+                in_burst = True
         if i in self.untestable:
             return None
         drift = 1.0 + self.sc.drift_per_trial * self.calls
@@ -151,6 +184,10 @@ class World:
         v = self.level(i) * drift * z
         if self.sc.stall_rate and self.rng.random() < self.sc.stall_rate:
             v /= self.rng.uniform(*self.sc.stall_size)
+        if in_burst:
+            v *= (1.0 - self.burst_level) * max(1.0 + self.sc.burst_jitter * self.rng.standard_normal(), 0.05)
+        if self.sc.machine_step and self.calls >= self.sc.machine_from:
+            v *= 1.0 - self.sc.machine_step
         return v
 
     def level(self, i: int) -> float:
@@ -289,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     shape = "H200 eager noise shape" if a.noise == "h200" else "normal noise"
     print(f"noisy bisection benchmark: {N} candidates, CV {CV:.0%} ({shape}), "
           f"{reps} repetitions per scenario and method (x reps_share for slow scenarios: see n)")
-    print(f"{'scenario':32s} {'method':11s} {'n':>5s} {'accuracy':>8s} {'mean':>6s} {'p95':>5s} "
+    w = max([32] + [len(sc.name) for si, sc in enumerate(SCENARIOS) if si in only])
+    print(f"{'scenario':{w}s} {'method':11s} {'n':>5s} {'accuracy':>8s} {'mean':>6s} {'p95':>5s} "
           f"{'effect':>6s}  outcomes")
     for si, sc in enumerate(SCENARIOS):
         if si not in only:
@@ -308,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             effs = [r[3] for r in rows if r[3] is not None and r[2] != "no-regression"]
             eff = f"{(np.median(effs) - 1) * 100:+5.1f}%" if effs else "     -"
             extra = f" (every step exact: {sum(r[4] for r in rows)})" if sc.steps else ""
-            print(f"{sc.name:32s} {m:11s} {len(rows):5d} {acc:8.1%} {tr.mean():6.1f} "
+            print(f"{sc.name:{w}s} {m:11s} {len(rows):5d} {acc:8.1%} {tr.mean():6.1f} "
                   f"{np.percentile(tr, 95):5.0f} {eff}  {oc}{extra}")
         print()
     rows = results.get((0, "noisy"))

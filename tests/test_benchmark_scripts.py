@@ -23,6 +23,17 @@ def test_bisection_benchmark_selected_scenario_and_seed_offset():
     assert "target (step 5%" not in out           # scenario 0 was not run: no verdict on it
 
 
+def test_bisection_benchmark_bursts_and_machine_cells_smoke():
+    """The burst and machine-change cells (14-17, issue #23) run and print a row each (one run a cell)."""
+    out = run("benchmarks/simulate_bisection.py", "--only", "14,15,16,17", "--methods", "noisy",
+              "--reps", "2", "--jobs", "1")
+    names = ["step 5%, bursts", "no step, bursts", "step 5%, machine -3% from trial 40",
+             "no step, machine -3% from trial 40"]
+    for name in names:
+        rows = [l for l in out.splitlines() if l.startswith(name + " ")]
+        assert len(rows) == 1 and rows[0][len(name):].split()[:2] == ["noisy", "1"], out
+
+
 def test_attribution_benchmark_smoke():
     out = run("benchmarks/simulate_attribution.py", "--only", "one25", "--reps", "2", "--no-baseline", "--jobs", "1")
     rows = [l for l in out.splitlines() if l.startswith("one culprit, 25%")]
