@@ -41,7 +41,8 @@ class SmallEffectRule:
     def _too_small(self, v: AttributionVerdict) -> dict[str, float]:
         """Each named culprit whose terms together reach less than ``min_effect`` (every end of every
         interval of a term that involves it, summed: conservative), with that reach as a change."""
-        if not (self.small_effect_rule and v.status == "culprits" and v.culprits and v.effects):
+        # robust=False is the strategy before robust noise handling, kept as it was for the side by side
+        if not (self.small_effect_rule and self.robust and v.status == "culprits" and v.culprits and v.effects):
             return {}
         bound = -math.log1p(-self.min_effect)
         small = {}
