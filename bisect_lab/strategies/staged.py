@@ -389,6 +389,10 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
                 f"'good plus {', '.join(sorted(named))}' ({len(g)} and {len(b)} readings), and a further "
                 f"culprit of up to {1 - math.exp(-(d + RESIDUAL_Z * se)):.0%} cannot be ruled out")
             self.notes.append(self._residual_unsettled)
+        elif not self._material(g, b):
+            # read on by _keep_reading, then ruled out by these arms' own spread: the campaign's
+            # noise may still not rule it out (say so, as at the first look)
+            self._note_unruled_residual(named, g, b)
         return self._finish()
 
     def _residual_reach(self, g: list[float], b: list[float]) -> tuple[float, float, float]:
@@ -420,7 +424,12 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
         d = float(np.mean(lg) - np.mean(lb)) * (1.0 if self.higher_is_better else -1.0)
         own = (math.sqrt(((len(lg) - 1) * float(np.var(lg, ddof=1)) + (len(lb) - 1) * float(np.var(lb, ddof=1)))
                          / (len(lg) + len(lb) - 2)) if min(len(lg), len(lb)) >= 2 else 0.0)
-        up_mean = d + RESIDUAL_Z * max(noise, own) * math.sqrt(1 / len(lg) + 1 / len(lb))
+        sd = max(noise, own)
+        if RESIDUAL_Z * sd * math.sqrt(2 / RESIDUAL_MAX) >= 2 * self.min_effect:
+            # at this noise even RESIDUAL_MAX readings a side could not rule it out: not worth their
+            # trials (CV 15%); the answer says a further culprit cannot be ruled out instead
+            return False
+        up_mean = d + RESIDUAL_Z * sd * math.sqrt(1 / len(lg) + 1 / len(lb))
         return max(up, up_mean) > 2 * self.min_effect
 
     def _note_unruled_residual(self, named: frozenset[str], g: list[float], b: list[float]) -> None:
