@@ -86,7 +86,8 @@ class SmallEffectRule:
         whole = ""
         if v.regression is not None:
             r = v.regression
-            whole = f" ('bad' {abs(r.ratio - 1):.1%} {'worse' if (r.ratio < 1) == v.higher_is_better else 'better'} than 'good')"
+            worse = (r.ratio < 1) == v.higher_is_better
+            whole = f" ('bad' {abs(r.ratio - 1):.1%} {'worse' if worse else 'better'} than 'good')"
         top = ", ".join(f"{n} ({p:.0%})" for n, p in list(v.candidates)[:5])
         lines.append(f"the regression{whole} is confirmed but not attributed: no factor's own effect reaches "
                      f"{self.min_effect:.0%}, so it looks spread over several factors too small to name (or a "
