@@ -82,10 +82,6 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
     """
 
     name = "staged-attribution"
-    # False (and with robust=False): the residual check as before issue #23's three-culprit fix:
-    # a named pair judged against every 'bad' reading, and stopped at the first look whose medians
-    # are closer than min_effect
-    reads_on_residual = True
 
     def __init__(self, factors: Iterable[str], *, higher_is_better: bool = True, seed: int = 0,
                  max_trials: int = 400, min_effect: float = 0.02, alpha: float = 0.05,
@@ -331,13 +327,9 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
         # hint, fresh readings of "bad" too (the hint chose the old ones for looking like a
         # residual), taken alternately so that drift cannot make one.
         g = self._values(named, since=self._ended[-1])
-        # (robust: fresh readings of "bad" after every stage, not only after a hint: the stage's own
-        # readings of it had to agree with "good plus C" too, and judged against all of them a 4%
-        # third culprit beside a 10% + 6% pair was named in full in 28 of 40 runs, 33 fresh)
-        fresh_bad = hinted or (self.reads_on_residual and self.robust)
-        b = self._values(bad, since=self._ended[-1] if fresh_bad else 0)
+        b = self._values(bad, since=self._ended[-1] if hinted else 0)
         short = len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS
-        if not short and not self._material(g, b) and not self._keep_reading(g, b):
+        if not short and not self._material(g, b):
             # The medians are close, but at high noise three readings each cannot rule out a
             # further culprit: say so (no more readings, so no trial count moves) rather than let
             # the answer read as "nothing left" (at CV 15%, a 7% second culprit had been passed
@@ -393,56 +385,22 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
                 f"'good plus {', '.join(sorted(named))}' ({len(g)} and {len(b)} readings), and a further "
                 f"culprit of up to {1 - math.exp(-(d + RESIDUAL_Z * se)):.0%} cannot be ruled out")
             self.notes.append(self._residual_unsettled)
-        elif not self._material(g, b):
-            # read on by _keep_reading, then ruled out by these arms' own spread: the campaign's
-            # noise may still not rule it out (say so, as at the first look)
-            self._note_unruled_residual(named, g, b)
         return self._finish()
 
-    def _residual_reach(self, g: list[float], b: list[float]) -> tuple[float, float, float]:
-        """(d, up, noise): the residual's point estimate (log scale, medians) and its one-sided
-        upper bound at RESIDUAL_Z, at the campaign's robust noise (not the few readings' own spread,
-        which at three readings can come out near zero); up is 0 when it cannot be told."""
+    def _note_unruled_residual(self, named: frozenset[str], g: list[float], b: list[float]) -> None:
+        """Record that a residual of twice the minimum effect is not ruled out at the campaign's noise.
+
+        The campaign's robust noise (not the few readings' own spread, which at three readings
+        can come out near zero) gives the one-sided bound on the residual.
+        """
         noise = self._noise()
         if not (noise > 0 and g and b):
-            return 0.0, 0.0, noise
+            return
         r = float(np.median(b)) / float(np.median(g))
         d = -math.log(r) if self.higher_is_better else math.log(r)
-        return d, d + RESIDUAL_Z * noise * math.sqrt(1 / len(g) + 1 / len(b)), noise
-
-    def _keep_reading(self, g: list[float], b: list[float]) -> bool:
-        """Medians closer than min_effect, but a residual of twice min_effect not yet ruled out at
-        the campaign's noise: read on (up to RESIDUAL_MAX of each arm) instead of stopping.
-
-        Stopping at the first look whose medians were close lost the 4% third culprit beside a
-        named 10% + 6% pair in 14 of 40 runs (CV 3%: at 4 readings a side the medians' difference
-        has a standard error near 3%, so a 4% residual read below 2% a third of the time)."""
-        if (not (self.reads_on_residual and self.robust) or min(len(g), len(b)) >= RESIDUAL_MAX
-                or self.max_trials - self.trials < 2):
-            return False
-        _, up, noise = self._residual_reach(g, b)
-        # also the (winsorized) means at the larger of the campaign's robust noise and these arms'
-        # own spread: medians of four readings, and the MAD of arms read three or four times
-        # (biased low), had ruled a 4% residual out at CV 3% in a fifth of runs. Reading on only
-        # costs trials: a new stage still needs the strict comparison below.
-        lg, lb = np.log(_winsorized(g)), np.log(_winsorized(b))
-        d = float(np.mean(lg) - np.mean(lb)) * (1.0 if self.higher_is_better else -1.0)
-        own = (math.sqrt(((len(lg) - 1) * float(np.var(lg, ddof=1)) + (len(lb) - 1) * float(np.var(lb, ddof=1)))
-                         / (len(lg) + len(lb) - 2)) if min(len(lg), len(lb)) >= 2 else 0.0)
-        sd = max(noise, own)
-        if RESIDUAL_Z * sd * math.sqrt(2 / RESIDUAL_MAX) >= 2 * self.min_effect:
-            # at this noise even RESIDUAL_MAX readings a side could not rule it out: not worth their
-            # trials (CV 15%); the answer says a further culprit cannot be ruled out instead
-            return False
-        up_mean = d + RESIDUAL_Z * sd * math.sqrt(1 / len(lg) + 1 / len(lb))
-        return max(up, up_mean) > 2 * self.min_effect
-
-    def _note_unruled_residual(self, named: frozenset[str], g: list[float], b: list[float]) -> None:
-        """Record that a residual of twice the minimum effect is not ruled out at the campaign's noise."""
-        d, up, noise = self._residual_reach(g, b)
+        up = d + RESIDUAL_Z * noise * math.sqrt(1 / len(g) + 1 / len(b))
         if up <= 2 * self.min_effect:
             return
-        r = math.exp(-d) if self.higher_is_better else math.exp(d)
         self._residual_unsettled = (
             f"the residual check stayed undecided after {min(len(g), len(b))} readings of each arm: "
             f"'bad' read {abs(r - 1):.1%} {'worse' if d > 0 else 'better'} than 'good plus "
