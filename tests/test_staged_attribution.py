@@ -604,3 +604,29 @@ def test_the_small_effect_rule_keeps_a_culprit_at_the_minimum_effect():
                               * float(np.exp(rng.normal(0, 0.01))), seed=seed, max_trials=200)
         assert v.culprits == ["p5"] and "below_min_effect" not in v.extra, (seed, v.culprits)
 
+
+
+def test_the_small_effect_rule_drops_only_the_small_culprit_and_keeps_an_and_pair():
+    """Of a named 10% culprit and a 0.5% one, only the latter goes (its effect and its group row
+    with it); an AND pair whose members have no main effect of their own is judged by its joint
+    term and stays."""
+    from bisect_lab.verdicts import AttributionVerdict, FactorEffect, RatioEstimate
+
+    def term(name, r, lo, hi, kind="main"):
+        return FactorEffect(name, kind, RatioEstimate(r, lo, hi), 0.5, 0.4, 0.6)
+    s = StagedAttribution(["a", "b", "c", "d"], seed=0)
+    v = AttributionVerdict(status="culprits", culprits=["a", "b"], trials=50,
+                           effects=(term("a", 0.90, 0.88, 0.92), term("b", 0.995, 0.99, 1.0)),
+                           candidates=(("a", 1.0), ("b", 0.99)),
+                           extra={"structure": {"groups": [{"factors": ["a"], "text": "a: -10%"},
+                                                           {"factors": ["b"], "text": "b: -0%"}]},
+                                  "drop_alone": [{"factor": "a"}, {"factor": "b"}]})
+    out = s._without_small(v)
+    assert out.status == "culprits" and out.culprits == ["a"] and [e.name for e in out.effects] == ["a"]
+    assert out.extra["below_min_effect"] == ["b"] and out.extra["structure"]["text"] == "a: -10%"
+    assert [d["factor"] for d in out.extra["drop_alone"]] == ["a"]
+    assert any(w.startswith("b: not named: its own effect is confidently below") for w in out.warnings)
+    pair = AttributionVerdict(status="culprits", culprits=["c", "d"], trials=50,
+                              effects=(term("c", 1.0, 0.99, 1.01), term("d", 1.0, 0.99, 1.01),
+                                       term("c*d", 0.9, 0.88, 0.92, "interaction")))
+    assert s._without_small(pair) is pair
