@@ -30,6 +30,7 @@ from .attribution_fit import stage_misfits
 from .hypotheses import EXTENDED_RHO_GRID
 from .staged_bursts import BurstGuard
 from .staged_effects import StructuredEffects
+from .staged_small import SmallEffectRule
 
 RESIDUAL_REPEATS = 3      # measurements of "good plus culprits" and of "bad" before judging a residual
 RESIDUAL_LOOKS = 4        # the residual is shown at alpha / this (it is looked at up to 6 times)
@@ -69,7 +70,7 @@ def _winsorized(values: list[float]) -> np.ndarray:
     return np.asarray(values, dtype=float) if clipped is logs else np.exp(clipped)
 
 
-class StagedAttribution(BurstGuard, StructuredEffects):
+class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
     """Ask/tell attribution that peels culprits off stage by stage (see module docstring).
 
     ``thorough=True`` (the command line's ``--strategy thorough``) trades trials for completeness:
@@ -128,8 +129,9 @@ class StagedAttribution(BurstGuard, StructuredEffects):
 
     @_final.setter
     def _final(self, v: AttributionVerdict | None) -> None:
-        # the answer, once ready, in the structure its measured arms choose (staged_effects.py)
-        self._answer = None if v is None else self._with_structure(v)
+        # the answer, once ready, in the structure its measured arms choose (staged_effects.py),
+        # less any culprit whose own effect is confidently below min_effect (staged_small.py)
+        self._answer = None if v is None else self._without_small(self._with_structure(v))
 
     @property
     def trials(self) -> int:
