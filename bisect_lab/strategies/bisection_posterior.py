@@ -29,6 +29,12 @@ EM_ITERS_COLD = 6
 # read as a step in 1 of 40 stall runs without one.
 LEVEL_SDS = 3.0
 LEVEL_MIN = 3
+# ... unless they look like a burst of host contention (every reading slow for a few minutes,
+# whatever its position): all within BURST_SPAN consecutive trials, with a reading of another
+# position in that window also called an outlier although that position reads normally at other
+# times. In the end game a burst hits the culprit and its predecessor alike, and the level rule
+# then read it as a step (issue #23, bisection burst cells).
+BURST_SPAN = 8
 # The outlier calls (the weights) use the fixed OUT_EPS; the learned share (self._eps) only shapes
 # the predictive noise (search, skew correction). Calls at the learned share fed back on it (more
 # calls, a higher share, a lower threshold) and measured no better (cells 10/11/12/13, 40 seeds).
@@ -291,8 +297,19 @@ class Posterior:
             k = out & m
             nk = int(k.sum())
             if nk >= LEVEL_MIN and 2 * nk > int(m.sum()) and float(np.std(u[k])) <= LEVEL_SDS * sd:
-                omega[k] = 1.0
+                if not self._a_burst(pos, out, k):
+                    omega[k] = 1.0
         return omega
+
+    def _a_burst(self, pos: np.ndarray, out: np.ndarray, k: np.ndarray) -> bool:
+        """Whether the outlier readings ``k`` of one position look like a burst (BURST_SPAN)."""
+        t = np.asarray(self._obs_t, dtype=float)
+        lo, hi = float(t[k].min()), float(t[k].max())
+        if hi - lo >= BURST_SPAN:
+            return False
+        p = int(pos[k][0])
+        near = out & (pos != p) & (t >= lo - 2) & (t <= hi + 2)
+        return any(bool((~out & (pos == q)).any()) for q in np.unique(pos[near]))
 
     def _learn_skew(self, pos: np.ndarray, u: np.ndarray, body: np.ndarray) -> float:
         """Skewness of the noise from the residuals of the observations whose side the current
