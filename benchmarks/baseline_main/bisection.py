@@ -64,18 +64,18 @@ from typing import Callable
 import numpy as np
 
 from bisect_lab.verdicts import BisectVerdict
-from .bisection_answer import VerdictBuilder, _replace_trials
-from .bisection_check import ModelCheck
-from .bisection_confirm import MIN_ENDPOINT, ConfirmPhase
+from bisect_lab.strategies.bisection_answer import VerdictBuilder, _replace_trials
+from bisect_lab.strategies.bisection_check import ModelCheck
+from bisect_lab.strategies.bisection_confirm import MIN_ENDPOINT, ConfirmPhase
 from .bisection_posterior import DELTA_SCALE, Posterior
 from .bisection_search import NextPosition
 
 # The tuning constants, where each part keeps them; importable from here as before the split.
-from .bisection_answer import FLAT_T, TOP_MASS, TOP_MAX  # noqa: F401
-from .bisection_check import (CHECK_ALPHA, CHECK_ALPHA_LOOK, CHECK_EVERY, CHECK_FROM,  # noqa: F401
+from bisect_lab.strategies.bisection_answer import FLAT_T, TOP_MASS, TOP_MAX  # noqa: F401
+from bisect_lab.strategies.bisection_check import (CHECK_ALPHA, CHECK_ALPHA_LOOK, CHECK_EVERY, CHECK_FROM,  # noqa: F401
                               CHECK_GRAY, CHECK_LOOSE, CHECK_REPS, MODEL_EXTRA, MODEL_EXTRA_LOOSE,
                               MODEL_MARGIN, REJECT_T, SECOND_T)
-from .bisection_confirm import NULL_MIN_ENDPOINT  # noqa: F401
+from bisect_lab.strategies.bisection_confirm import NULL_MIN_ENDPOINT  # noqa: F401
 from .bisection_noise import (NULL_PRIOR, OUT_EPS, OUT_K, SKEW_MAX, SKEW_PRIOR_SD,  # noqa: F401
                               SKEW_SURE, STALL_MADS)
 from .bisection_posterior import (DRIFT_PRIOR_SD, EM_ITERS, LOO_MASS, SCALE_PRIOR_N,  # noqa: F401

@@ -13,7 +13,7 @@ import math
 import numpy as np
 from scipy import special as _special
 
-from .bisection_check import CHECK_EVERY, CHECK_FROM
+from bisect_lab.strategies.bisection_check import CHECK_EVERY, CHECK_FROM
 from .bisection_noise import (SKEW_MAX, SKEW_PRIOR_SD, SKEW_SURE, _logsumexp_rows, _mad,
                               _noise_logpdf, _normalized, _precision_weight, _shape_logpdf,
                               _skewnormal_params)
