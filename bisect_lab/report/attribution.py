@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-import re
 
 from ..model import TrialResult
 from ..results import AttributionResult, result_from_dict
 from ..store import Campaign, Store
+from ..strategies.staged_small import term_factors
 from .document import Figure, Report, Section, Table, code, num, pct
 from .sections import (arms_table, evidence_section, go_on, higher_is_better_of, metric_of, ok_values,
                        setup_section, trust_sections)
@@ -91,7 +91,7 @@ def _effects_section(res: AttributionResult, metric: str, min_effect: float) -> 
         eff = e.get("effect") if isinstance(e.get("effect"), dict) else e
         name = e.get("name") or e.get("factor")
         r = {"name": name, "ratio": eff.get("ratio"), "ci_low": eff.get("ci_low"), "ci_high": eff.get("ci_high"),
-             "culprit": any(part in culprits for part in re.split(r"[*|()]+", str(name)) if part)}
+             "culprit": bool(term_factors(str(name)) & set(culprits))}
         frows.append(r)
         share = e.get("share")
         over = over or (isinstance(share, (int, float)) and share > 1.005)
