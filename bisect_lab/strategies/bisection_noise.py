@@ -47,8 +47,6 @@ def _log_mix(eps: float) -> tuple[float, float]:
             math.log(eps) - 0.5 * math.log(2 * math.pi) - math.log(OUT_K))
 
 
-_LOG_CORE, _LOG_OUT = _log_mix(OUT_EPS)
-
 
 def _noise_logpdf(x: np.ndarray, loc: float, scale: float, eps: float = OUT_EPS) -> np.ndarray:
     log_core, log_out = _log_mix(eps)
@@ -139,15 +137,14 @@ def _side_mixture_weight(x: np.ndarray, w: np.ndarray, a: float, sg: float, b: f
     body = np.logaddexp(lg - 0.5 * zg * zg, lb - 0.5 * zb * zb) + log_core
     out = np.logaddexp(lg - 0.5 * zg * zg / OUT_K**2, lb - 0.5 * zb * zb / OUT_K**2) + log_out
     core = np.exp(body - np.logaddexp(body, out))
-    return core + (1 - core) / OUT_K**2
+    return _weight_of(core)
 
 
-def _precision_weight(r: np.ndarray, eps: float = OUT_EPS) -> np.ndarray:
-    """EM weight of a standardized residual under the contaminated normal: ~1 in the body, 1/K^2
-    for a gross outlier (a crashed-then-retried run, a throttled GPU). Only gross ones: in
-    simulation, down-weighting the ordinary skewed tail of the H200 data (+2.7 sd) shrank the
-    fitted scale more than it removed misleading samples, and cost accuracy."""
-    core = _core_share(r, eps)
+def _weight_of(core: np.ndarray) -> np.ndarray:
+    """EM precision weight from a body responsibility (``_core_share``) under the contaminated
+    normal: ~1 in the body, 1/K^2 for a gross outlier (a crashed-then-retried run, a throttled
+    GPU). Only gross ones: in simulation, down-weighting the ordinary skewed tail of the H200 data
+    (+2.7 sd) shrank the fitted scale more than it removed misleading samples, and cost accuracy."""
     return core + (1 - core) / OUT_K**2
 
 

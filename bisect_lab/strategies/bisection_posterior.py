@@ -13,7 +13,7 @@ from scipy import special as _special
 
 from .bisection_check import CHECK_EVERY, CHECK_FROM
 from .bisection_noise import (OUT_EPS, OUT_K, SKEW_MAX, SKEW_PRIOR_SD, SKEW_SURE, STALL_MADS, _core_share, _learned_eps,
-                              _logsumexp_rows, _mad, _noise_logpdf, _normalized, _precision_weight,
+                              _logsumexp_rows, _mad, _noise_logpdf, _normalized, _weight_of,
                               _shape_logpdf, _side_mixture_weight, _skewnormal_params)
 
 # EM iterations per observation; warm-started (the last fit's outlier calls), so a few suffice. The
@@ -202,11 +202,12 @@ class Posterior:
             # Robustness: a sample far from the side it probably belongs to counts less; the share
             # of such samples is learned from their responsibilities (stalls: a few percent).
             rg, rb = (u - a) / sg, (u - b) / sb
-            out = (1 - w) * (1 - _core_share(rg, OUT_EPS)) + w * (1 - _core_share(rb, OUT_EPS))
+            cg, cb = _core_share(rg, OUT_EPS), _core_share(rb, OUT_EPS)
+            out = (1 - w) * (1 - cg) + w * (1 - cb)
             # The share of stalls: slow-side outliers only (the fast tail is the body's business).
             self._eps = _learned_eps(np.where((1 - w) * rg + w * rb < 0, out, 0.0))
-            omega = (1 - w) * _precision_weight(rg, OUT_EPS) + w * _precision_weight(rb, OUT_EPS)
-            omega = self._levels_are_not_stalls(pos, u, omega, min(sg, sb))
+            omega = (1 - w) * _weight_of(cg) + w * _weight_of(cb)
+            omega = self._levels_are_not_stalls(pos, u, t, omega, min(sg, sb))
         self._post = post
         self._p_null = p0
         self._omega = omega
@@ -279,7 +280,7 @@ class Posterior:
             omega[m:] = np.where((new < 0.5) & slow[m:], new, 1.0)
         return omega
 
-    def _levels_are_not_stalls(self, pos: np.ndarray, u: np.ndarray, omega: np.ndarray,
+    def _levels_are_not_stalls(self, pos: np.ndarray, u: np.ndarray, t: np.ndarray, omega: np.ndarray,
                                sd: float) -> np.ndarray:
         """Readings of one inner position that the one-step fit calls outliers but that agree with
         each other (spread within LEVEL_SDS sd) and are most of that position's readings are a
@@ -297,13 +298,12 @@ class Posterior:
             k = out & m
             nk = int(k.sum())
             if nk >= LEVEL_MIN and 2 * nk > int(m.sum()) and float(np.std(u[k])) <= LEVEL_SDS * sd:
-                if not self._a_burst(pos, out, k):
+                if not self._a_burst(pos, t, out, k):
                     omega[k] = 1.0
         return omega
 
-    def _a_burst(self, pos: np.ndarray, out: np.ndarray, k: np.ndarray) -> bool:
+    def _a_burst(self, pos: np.ndarray, t: np.ndarray, out: np.ndarray, k: np.ndarray) -> bool:
         """Whether the outlier readings ``k`` of one position look like a burst (BURST_SPAN)."""
-        t = np.asarray(self._obs_t, dtype=float)
         lo, hi = float(t[k].min()), float(t[k].max())
         if hi - lo >= BURST_SPAN:
             return False
