@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bisect_lab.strategies.bisection import bisect_sequence  # noqa: E402
+from bisect_lab.strategies.bisection import BisectionStrategy, bisect_sequence  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baseline_bisection  # noqa: E402  (the strategy before model checking: method "before")
@@ -95,7 +95,7 @@ class Scenario:
     methods: tuple = ()          # () = every method
 
 
-NEW_METHODS = ("noisy", "before", "main")
+NEW_METHODS = ("noisy", "before", "main", "noguard")
 
 SCENARIOS = (
     Scenario("step 5%", 0.05),
@@ -264,10 +264,14 @@ def run_one(args: tuple) -> tuple:
     world = World(sc, rep, si)
     effect = None
     steps: list = []
-    if method in ("noisy", "before", "main"):
+    if method in ("noisy", "before", "main", "noguard"):
         fn = {"noisy": bisect_sequence, "before": baseline_bisection.bisect_sequence,
-              "main": main_bisect_sequence}[method]
-        v = fn(N, world.measure, seed=rep, min_effect=sc.min_effect)
+              "main": main_bisect_sequence, "noguard": bisect_sequence}[method]
+        BisectionStrategy.burst_guard = method != "noguard"
+        try:
+            v = fn(N, world.measure, seed=rep, min_effect=sc.min_effect)
+        finally:
+            BisectionStrategy.burst_guard = True
         status, index, rng = v.status, v.index, v.range
         effect = v.effect
         steps = [(st["index"], tuple(st["range"])) for st in (getattr(v, "steps", None) or ())]
@@ -294,7 +298,8 @@ def run_one(args: tuple) -> tuple:
 
 # "main": a frozen copy of the strategy as on main at 760128a (benchmarks/baseline_main/), the
 # baseline of the stall work (issue #23), run on the same seeds as "noisy".
-METHODS = ("noisy", "before", "main", "single-run", "fixed-5")
+# "noguard": today's strategy without the burst guard (strategies/bisection_bursts.py), same seeds.
+METHODS = ("noisy", "before", "main", "noguard", "single-run", "fixed-5")
 
 
 def main(argv: list[str] | None = None) -> int:

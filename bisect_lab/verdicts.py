@@ -164,7 +164,12 @@ class BisectVerdict:
                 from the flat readings on either side), ``effect_ci``.
     top:        inconclusive: the fewest positions holding 80% of the posterior (at most 8), with
                 their masses, most likely first.
-    discounted: indices into ``path`` of readings the noise model treats as stalls / gross outliers.
+    discounted: indices into ``path`` of readings the noise model treats as stalls / gross outliers,
+                and of the readings left out as bursts.
+    bursts:     bursts of host contention the guard found (the reference read slow with them):
+                one dict each, ``trials`` (indices into ``path``, left out), ``refs`` (slow reference
+                readings among them) and ``kept`` (True for the one that was a changed machine: the
+                reference stayed slow, its readings were kept and the guard stopped).
     check:      the model check: ``p_one_step`` (bootstrap p of "one step fits"), ``model``
                 ("one", "slide" or "two") and ``extra`` (trials spent telling the models apart).
     """
@@ -185,6 +190,7 @@ class BisectVerdict:
     top: tuple[tuple[int, float], ...] = ()
     discounted: tuple[int, ...] = ()
     check: dict | None = None
+    bursts: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (tuples become lists)."""
@@ -204,5 +210,6 @@ class BisectVerdict:
             "steps": [dict(st) for st in self.steps],
             "top": [[p, m] for p, m in self.top],
             "discounted": list(self.discounted),
+            "bursts": [dict(b, trials=list(b["trials"])) for b in self.bursts],
             "check": dict(self.check) if self.check is not None else None,
         }

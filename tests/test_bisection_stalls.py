@@ -82,11 +82,13 @@ class BurstHistory:
         self.rng = np.random.default_rng([2323, seed])
         self.n, self.change = n, int(self.rng.integers(1, n))
         self.rate, self.length, self.left, self.level = rate, length, 0, 1.0
+        self.bursty: list[bool] = []     # per reading, in the order taken: inside a burst?
 
     def measure(self, i: int) -> float:
         v = 100.0 * (0.95 if i >= self.change else 1.0) * (1 + 0.03 * self.rng.standard_normal())
         if self.left == 0 and self.rng.random() < self.rate:
             self.left, self.level = self.length, 1 - self.rng.uniform(0.20, 0.35)
+        self.bursty.append(bool(self.left))
         if self.left:
             self.left -= 1
             return v * self.level * (1 + 0.03 * self.rng.standard_normal())
@@ -98,10 +100,12 @@ def test_a_burst_in_the_end_game_is_not_read_as_a_level():
     with itself and outnumbers their normal readings, so the level rule (keep agreeing outliers of
     one position as a level: a second step) read it as one. These seeds (of 30; 21 right before,
     24 now, none worse) went wrong before the burst exception: inconclusive at the budget, a false
-    'several', a wrong commit."""
+    'several', a wrong commit. The burst guard (test_bisection_bursts) is off: it would leave these
+    bursts out before the rule sees them, and the rule is what this test holds."""
     for seed in (1, 14, 23):
         h = BurstHistory(1000, seed)
         s = BisectionStrategy(h.n, seed=seed, min_effect=0.02)
+        s.burst_guard = False
         while not s.done:
             for p in s.ask():
                 s.tell(p, h.measure(p))

@@ -30,25 +30,57 @@ def _info_dict(info) -> dict | None:
             "parents": list(getattr(info, "parents", ()) or ())}
 
 
-def _discounted_line(vd: dict, path: list, trials, metric: str) -> str | None:
-    """The readings the search's noise model left out as stalls, as one warning line: each with its
-    trial number in the campaign (1-based, as progress counts), its commit and its value, found by
-    commit and value among the stored trials (the strategy's path index is its own order)."""
-    idx = [i for i in vd.get("discounted") or [] if 0 <= i < len(path)]
-    if not idx:
-        return None
+def _trial_numbers(path: list, trials, metric: str) -> list:
+    """Each path entry's trial number in the campaign (1-based, as progress counts; None when not
+    found), found by commit and value among the stored trials (the strategy's path index is its own
+    order)."""
     number = {}
     for k, t in enumerate(trials, 1):
         v = t.metrics.get(metric) if t.ok else None
         number.setdefault((t.commit, v), k)
+    return [number.get((sha, val)) for sha, val in path]
+
+
+def _discounted_line(vd: dict, path: list, trials, metric: str) -> str | None:
+    """The readings the search's noise model left out as stalls, as one warning line: each with its
+    trial number in the campaign, its commit and its value (burst readings have their own line)."""
+    burst = {i for b in vd.get("bursts") or [] if not b.get("kept") for i in b["trials"]}
+    idx = [i for i in vd.get("discounted") or [] if 0 <= i < len(path) and i not in burst]
+    if not idx:
+        return None
+    number = _trial_numbers(path, trials, metric)
     shown = []
     for i in idx[:12]:
         sha, val = path[i]
-        k = number.get((sha, val))
+        k = number[i]
         shown.append(f"{'trial ' + str(k) if k else 'a reading'} at {str(sha)[:12]} ({metric} {val:.4g})")
     more = f", and {len(idx) - 12} more" if len(idx) > 12 else ""
     return (f"{len(idx)} reading(s) discounted as stalls (far outside the spread of the readings around "
             f"them; left out of every decision): {', '.join(shown)}{more}")
+
+
+def _burst_lines(vd: dict, path: list, trials, metric: str) -> list[str]:
+    """One warning line per burst of host contention the search's guard found: the trials left out
+    (or, for a machine that changed, kept as a new level), with their values."""
+    number = _trial_numbers(path, trials, metric)
+    lines = []
+    for b in vd.get("bursts") or []:
+        idx = [i for i in b.get("trials") or [] if 0 <= i < len(path)]
+        if not idx:
+            continue
+        ks = [number[i] for i in idx]
+        first, last = (min(k for k in ks if k), max(k for k in ks if k)) if any(ks) else (None, None)
+        span = f"trials {first}-{last}" if first else f"{len(idx)} readings"
+        vals = ", ".join(f"{path[i][1]:.4g}" for i in idx[:8]) + (", ..." if len(idx) > 8 else "")
+        if b.get("kept"):
+            lines.append(f"the machine changed at trial {first or '?'}: the reference (the good commit) "
+                         f"stayed slow from there ({metric} {vals}); the readings since are kept as a new "
+                         "level of the host, taken out of every comparison (as a second host's level is)")
+        else:
+            lines.append(f"{span}: {len(idx)} reading(s) left out as a burst of host contention: the reading "
+                         f"was far below both levels and the reference (the good commit) read slow "
+                         f"{b.get('refs', 0)} time(s) right after it ({metric} {vals})")
+    return lines
 
 
 def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = "none",
@@ -166,10 +198,11 @@ def bisect_commits(session: Session, good_ref: str, bad_ref: str, *, arm: str = 
         res.untestable = untestable
         res.metric = exp.benchmark.metric
         res.max_trials = budget
-        stalls = _discounted_line(vd, levels[-1]["path"] if levels else [], session.store.trials(cid),
-                                  session.metric)
-        if host_lines or stalls:
-            res.warnings = list(res.warnings or []) + host_lines + ([stalls] if stalls else [])
+        path, stored = (levels[-1]["path"] if levels else []), session.store.trials(cid)
+        stalls = _discounted_line(vd, path, stored, session.metric)
+        bursts = _burst_lines(vd, path, stored, session.metric)
+        if host_lines or stalls or bursts:
+            res.warnings = list(res.warnings or []) + host_lines + bursts + ([stalls] if stalls else [])
         if status == "inconclusive" or ex.trials_total >= budget:
             res.resume_with = [resume_option("--max-trials", budget)]
         return res

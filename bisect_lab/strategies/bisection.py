@@ -65,6 +65,7 @@ import numpy as np
 
 from ..verdicts import BisectVerdict
 from .bisection_answer import VerdictBuilder, _replace_trials
+from .bisection_bursts import BurstWatch
 from .bisection_check import ModelCheck
 from .bisection_confirm import MIN_ENDPOINT, ConfirmPhase
 from .bisection_posterior import DELTA_SCALE, Posterior
@@ -86,7 +87,7 @@ from .bisection_search import (END_MASS, END_READS, PARALLEL_MIN_GAIN, RECHECK_M
 __all__ = ["BisectVerdict", "BisectionStrategy", "bisect_sequence"]
 
 
-class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, VerdictBuilder):
+class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, BurstWatch, VerdictBuilder):
     """Seeded ask/tell state machine for noisy bisection (see the module docstring for the method).
 
     Parameters: ``n`` positions (>= 2); ``higher_is_better`` for the metric; ``seed``;
@@ -175,6 +176,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         # Scale of the half-normal prior on the step (log units): regressions of interest are a
         # few percent to tens of percent.
         self._delta_scale = max(DELTA_SCALE, 5 * self._d_min)
+        self._burst_init()
 
     # ------------------------------------------------------------------ public protocol
     @property
@@ -205,7 +207,11 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
         free = self.parallel - len(self._outstanding)
         if free <= 0:
             return list(self._outstanding)
-        if self._phase == "confirm":
+        if self._burst_active() and self._phase in ("confirm", "bisect", "models"):
+            new = self._ask_reference()      # a burst suspected: the reference tells (bisection_bursts)
+            if not new:
+                return list(self._outstanding)
+        elif self._phase == "confirm":
             new = self._ask_confirm(free)
         elif self._phase == "steps":
             new = self._ask_child(free)
@@ -250,14 +256,16 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Verdi
             self._obs_pos.append(position)
             self._obs_u.append(self._sign * math.log(value))
             self._obs_log.append(math.log(value))
-            self._obs_blk.append(block)
+            self._obs_blk.append(self._block_of(block))
             if len(set(self._obs_blk)) > 1:
                 self._deblock()
             self._obs_t.append(t)
             self._obs_pathi.append(t - 1)
             if position in (0, self.n - 1):
                 self._last_endpoint_t = t
-        if self._phase == "confirm":
+        if value is not None and self._burst_tell():
+            pass                             # held out as a suspected burst: nothing to refit
+        elif self._phase == "confirm":
             self._update_confirm()
         elif self._phase == "steps":
             if value is not None and len(set(self._obs_blk)) > 1:

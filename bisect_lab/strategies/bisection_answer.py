@@ -101,7 +101,8 @@ class VerdictBuilder:
             effect, ci = self._effect(None)
             if self._post is not None:
                 top = self._top_mass()
-        discounted = tuple(self._obs_pathi[j] for j in np.flatnonzero(~self._kept()))
+        discounted = tuple(sorted({self._obs_pathi[j] for j in np.flatnonzero(~self._kept())}
+                                  | set(self._burst_held())))
         return BisectVerdict(
             status=status,
             index=index,
@@ -118,6 +119,7 @@ class VerdictBuilder:
             steps=steps,
             top=top,
             discounted=discounted,
+            bursts=tuple(dict(b, trials=list(b["trials"])) for b in self._bursts),
             check=dict(self._check) if self._check is not None else None,
         )
 

@@ -104,9 +104,13 @@ def level_warnings(arms: Sequence[Hashable], blocks: Sequence[Hashable], values:
     for b, o in off.items():
         if b == ref or abs(o) < math.log1p(WARN_OFFSET) or not abs(o) > 2 * se.get(b, math.inf):
             continue
-        out.append(f"host {b} measures {math.expm1(o):+.1%} against host {ref} on the same arms: "
+        out.append(f"host {_name(b)} measures {math.expm1(o):+.1%} against host {_name(ref)} on the same arms: "
                    "read as a host level (taken out of every comparison), not as an effect")
     return out
+
+
+def _name(block) -> str:
+    return "local" if block is None else str(block)     # no block given: the one local host
 
 
 def linked_blocks(arms: Sequence[Hashable], blocks: Sequence[Hashable]) -> set:

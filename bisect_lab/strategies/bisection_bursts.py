@@ -1,0 +1,160 @@
+"""The noisy bisection's guard against bursts of host contention: the reference tells a burst from
+a level.
+
+A burst (another job on the box, a page-cache storm) makes every reading slow for a few minutes,
+whatever its commit. The posterior's stall model treats readings as independent, so six slow
+readings in a row sent splits the wrong way and the search spent its budget recovering (issue #23:
+a 5% step with bursts was right in 67-75% of runs). The guard: a reading slower than both fitted
+levels by ``BURST_K`` noise sd is held out of the fit, and the known-good endpoint (the reference)
+is read next. If it reads at its level, the slow reading was a lone stall: it goes back in (the
+stall model discounts it as before) and the search goes on. If the reference is slow too, the host
+is slow, not the commit: the held reading and every slow reference reading are left out, and the
+reference is read again until it is back at its level. A reference that stays slow for
+``BURST_MAX_REFS`` readings is a machine that changed, not a burst: the readings go back in as a
+block of their own (``MachineFrom``: the host from that trial on is another host, whose level the
+reference and the other positions read on both sides identify, as with several hosts), the guard
+stops, and the verdict says so.
+
+A mixin of ``bisection.BisectionStrategy`` (one host only: with several, a burst is one host's and
+the host levels are fitted instead). Pure and seeded like the rest: replaying the same tells gives
+the same decisions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# A reading this many noise sd below both fitted levels is suspect. Bursts of 20-35% at CV 3% sit
+# 7-12 sd below their commit's level; the body of the H200 eager noise shape (skewed) reaches past
+# 5 sd below in about 1 reading of 1000 (each costs one reference reading).
+BURST_K = 5.0
+# The reference counts as slow below its own level by this many sd: tighter than BURST_K, since its
+# level is known and a burst shifts it by 7 sd or more.
+REF_K = 4.0
+# In the confirm step the levels are the endpoints' medians and the noise is barely known yet: a
+# reading is suspect only this far (log units, ~10%) below both as well.
+CONFIRM_MARGIN = 0.105
+# A reference slow this many times in a row is a changed machine, not a burst.
+BURST_MAX_REFS = 20
+
+
+@dataclass(frozen=True)
+class MachineFrom:
+    """The block of the readings from ``trial`` (1-based) on, after the machine changed."""
+
+    host: object
+    trial: int
+
+    def __str__(self) -> str:
+        return f"{self.host or 'local'} from trial {self.trial}"
+
+
+class BurstWatch:
+    """Reads and sets ``BisectionStrategy`` state; ``burst_guard = False`` is the strategy as it was
+    before the guard (the benchmark's side by side)."""
+
+    burst_guard = True
+
+    def _burst_init(self) -> None:
+        self._burst: dict | None = None      # open: {"held": [reading, ...], "refs": slow reference reads}
+        # closed: {"trials": [path index, ...], "refs": n, "kept": False}; "kept": True is the one
+        # that was a changed machine (its readings went back in and the guard stopped)
+        self._bursts: list[dict] = []
+        self._burst_off = False
+        self._machine: MachineFrom | None = None   # the block of every reading once the machine changed
+
+    def _burst_active(self) -> bool:
+        return self._burst is not None
+
+    def _burst_held(self) -> list[int]:
+        """Path indices of every reading the guard left out (closed bursts and an open one)."""
+        out = [i for b in self._bursts if not b["kept"] for i in b["trials"]]
+        if self._burst is not None:
+            out += [r[5] for r in self._burst["held"]]
+        return sorted(out)
+
+    def _burst_tell(self) -> bool:
+        """Judge the reading just appended to the observation lists. True: it is held out (the fit
+        is not updated); False: it stays (held readings may have gone back in before it)."""
+        if not self.burst_guard or self._burst_off or self.parallel > 1 \
+                or self._phase not in ("confirm", "bisect", "models"):
+            return False
+        levels = self._burst_levels()
+        if levels is None:
+            return False
+        x, a, b, ref_gap, any_gap = levels
+        pos = self._obs_pos[-1]
+        if self._burst is None:
+            if x < min(a, b) - any_gap:
+                self._burst = {"held": [self._pop_reading()], "refs": 0}
+                return True
+            return False
+        slow = x < a - ref_gap if pos == 0 else x < min(a, b) - any_gap
+        if slow:
+            self._burst["held"].append(self._pop_reading())
+            self._burst["refs"] += pos == 0
+            if self._burst["refs"] < BURST_MAX_REFS:
+                return True
+            self._bursts.append(self._closed(kept=True))
+            self._burst_off = True
+            held = self._burst["held"]         # the latest reading is among them
+            self._machine = MachineFrom(held[0][3], held[0][5] + 1)
+            self._burst["held"] = [r[:3] + (self._machine,) + r[4:] for r in held]
+            self._restore_held(latest=False)
+            self._deblock()
+            return False
+        if self._burst["refs"] == 0:
+            self._restore_held()            # a lone stall: the stall model's business, as before
+        else:
+            self._bursts.append(self._closed(kept=False))
+        self._burst = None
+        return False
+
+    def _burst_levels(self) -> tuple[float, float, float, float, float] | None:
+        """(the latest reading, good level, bad level, how far below the good level a reference
+        reading is slow, how far below both levels any reading is), on the fit's scale; None while
+        there is nothing to judge by. Bisecting: the fit's levels and sd (in its drift and centring
+        frame). Confirming: the endpoints' medians of the readings before, and a robust pooled sd,
+        never less than CONFIRM_MARGIN."""
+        if self._phase != "confirm":
+            if self._params is None:
+                return None
+            a, b, sg, sb, beta = self._params
+            _, t_mean, centre = self._frame
+            x = self._obs_u[-1] - beta * (self._obs_t[-1] - t_mean) - centre
+            return x, a, b, REF_K * sg, BURST_K * max(sg, sb)
+        pos = np.asarray(self._obs_pos[:-1], dtype=np.int64)
+        u = np.asarray(self._obs_u[:-1], dtype=float)
+        g, d = u[pos == 0], u[pos == self.n - 1]
+        if not g.size or not d.size:
+            return None
+        a, b = float(np.median(g)), float(np.median(d))
+        r = np.concatenate([g - a, d - b])
+        sd = 1.4826 * float(np.median(np.abs(r))) if r.size >= 6 else 0.0
+        return (self._obs_u[-1], a, b, max(REF_K * sd, CONFIRM_MARGIN),
+                max(BURST_K * sd, CONFIRM_MARGIN))
+
+    def _closed(self, *, kept: bool) -> dict:
+        return {"trials": [r[5] for r in self._burst["held"]], "refs": int(self._burst["refs"]), "kept": kept}
+
+    def _block_of(self, block):
+        """The block a new reading belongs to: the changed machine's once there is one."""
+        return block if self._machine is None else self._machine
+
+    def _ask_reference(self) -> list[int]:
+        return [] if 0 in self._outstanding else [0]
+
+    def _pop_reading(self) -> tuple:
+        return (self._obs_pos.pop(), self._obs_u.pop(), self._obs_log.pop(), self._obs_blk.pop(),
+                self._obs_t.pop(), self._obs_pathi.pop())
+
+    def _restore_held(self, latest: bool = True) -> None:
+        """Put the held readings back, in trial order: before the latest one (``latest``: it is
+        still in the lists, after them)."""
+        last = [self._pop_reading()] if latest else []
+        for r in self._burst["held"] + last:
+            for lst, v in zip((self._obs_pos, self._obs_u, self._obs_log, self._obs_blk, self._obs_t,
+                               self._obs_pathi), r):
+                lst.append(v)
+        self._burst = None
