@@ -420,6 +420,12 @@ def run_one(args):
         st = StagedAttribution(names, higher_is_better=True, seed=rep, max_trials=400)
         st.burst_guard = False
         v = drive(st, measure)
+    elif method == "noref":
+        # the default without the reference guard (staged_reference.py), same seed: the side by side
+        from bisect_lab.strategies.staged import StagedAttribution
+        st = StagedAttribution(names, higher_is_better=True, seed=rep, max_trials=400)
+        st.reference_guard = False
+        v = drive(st, measure)
     elif method == "screen2":
         from bisect_lab.strategies.screening import ScreeningStrategy   # pyDOE: only when asked for
         v = drive(ScreeningStrategy(names, seed=rep, repeats=2), measure)
@@ -458,6 +464,8 @@ def main(argv=None) -> int:
                     help="also run today's strategy (robust=False: Gaussian gate, unconfirmed hand-overs named)")
     ap.add_argument("--main", action="store_true",
                     help="also run the default without the burst guard (adjacent-pair check), as on main before it")
+    ap.add_argument("--noref", action="store_true",
+                    help="also run the default without the reference guard (staged_reference.py)")
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + reps - 1")
     ap.add_argument("--thorough", action="store_true",
                     help="also run the thorough mode (the command line's --strategy thorough) on every cell")
@@ -488,6 +496,8 @@ def main(argv=None) -> int:
                 tasks += [(sc.key, n, r, "today", a.quick) for r in seeds]
             if a.main:
                 tasks += [(sc.key, n, r, "main", a.quick) for r in seeds]
+            if a.noref:
+                tasks += [(sc.key, n, r, "noref", a.quick) for r in seeds]
             if a.thorough:
                 tasks += [(sc.key, n, r, "thorough", a.quick) for r in seeds]
             if not a.no_baseline:
@@ -508,7 +518,7 @@ def main(argv=None) -> int:
     print("-" * len(hdr))
     for sc in scen:
         for n in sc.n_factors:
-            for method in ("attribution", "main", "today", "thorough", "loo10", "screen2"):
+            for method in ("attribution", "noref", "main", "today", "thorough", "loo10", "screen2"):
                 rows = [r for r in res if r[0] == sc.key and r[1] == n and r[2] == method]
                 if not rows:
                     continue

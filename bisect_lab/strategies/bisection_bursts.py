@@ -32,9 +32,11 @@ BURST_K = 5.0
 # The reference counts as slow below its own level by this many sd: tighter than BURST_K, since its
 # level is known and a burst shifts it by 7 sd or more.
 REF_K = 4.0
-# In the confirm step the levels are the endpoints' medians and the noise is barely known yet: a
-# reading is suspect only this far (log units, ~10%) below both as well.
-CONFIRM_MARGIN = 0.105
+# Never a smaller gap than this (log units, ~10%), below both levels or below the reference's: a
+# burst is a large shift, and the noise is barely known early on (the confirm step's handful of
+# readings put the fitted sd at 0.5% for a CV of 3%, and ordinary reference readings then read as
+# "slow": a null run with stalls held 20 in a row).
+MIN_GAP = 0.105
 # A reference slow this many times in a row is a changed machine, not a burst.
 BURST_MAX_REFS = 20
 
@@ -62,6 +64,7 @@ class BurstWatch:
         # that was a changed machine (its readings went back in and the guard stopped)
         self._bursts: list[dict] = []
         self._burst_off = False
+        self._lone: set[int] = set()          # trials of held readings the reference cleared (lone stalls)
         self._machine: MachineFrom | None = None   # the block of every reading once the machine changed
 
     def _burst_active(self) -> bool:
@@ -105,7 +108,10 @@ class BurstWatch:
             self._deblock()
             return False
         if self._burst["refs"] == 0:
-            self._restore_held()            # a lone stall: the stall model's business, as before
+            # a lone stall: the stall model's business, as before, but its fit starts from knowing
+            # it (two such stalls among the confirm step's endpoint readings had hidden each other)
+            self._lone.update(r[4] for r in self._burst["held"])
+            self._restore_held()
         else:
             self._bursts.append(self._closed(kept=False))
         self._burst = None
@@ -115,15 +121,15 @@ class BurstWatch:
         """(the latest reading, good level, bad level, how far below the good level a reference
         reading is slow, how far below both levels any reading is), on the fit's scale; None while
         there is nothing to judge by. Bisecting: the fit's levels and sd (in its drift and centring
-        frame). Confirming: the endpoints' medians of the readings before, and a robust pooled sd,
-        never less than CONFIRM_MARGIN."""
+        frame). Confirming: the endpoints' medians of the readings before, and a robust pooled sd.
+        Either gap at least MIN_GAP."""
         if self._phase != "confirm":
             if self._params is None:
                 return None
             a, b, sg, sb, beta = self._params
             _, t_mean, centre = self._frame
             x = self._obs_u[-1] - beta * (self._obs_t[-1] - t_mean) - centre
-            return x, a, b, REF_K * sg, BURST_K * max(sg, sb)
+            return x, a, b, max(REF_K * sg, MIN_GAP), max(BURST_K * max(sg, sb), MIN_GAP)
         pos = np.asarray(self._obs_pos[:-1], dtype=np.int64)
         u = np.asarray(self._obs_u[:-1], dtype=float)
         g, d = u[pos == 0], u[pos == self.n - 1]
@@ -132,11 +138,17 @@ class BurstWatch:
         a, b = float(np.median(g)), float(np.median(d))
         r = np.concatenate([g - a, d - b])
         sd = 1.4826 * float(np.median(np.abs(r))) if r.size >= 6 else 0.0
-        return (self._obs_u[-1], a, b, max(REF_K * sd, CONFIRM_MARGIN),
-                max(BURST_K * sd, CONFIRM_MARGIN))
+        return self._obs_u[-1], a, b, max(REF_K * sd, MIN_GAP), max(BURST_K * sd, MIN_GAP)
 
     def _closed(self, *, kept: bool) -> dict:
         return {"trials": [r[5] for r in self._burst["held"]], "refs": int(self._burst["refs"]), "kept": kept}
+
+    def _lone_weights(self, omega: np.ndarray, t: np.ndarray, outlier: float) -> np.ndarray:
+        """``omega`` with the lone stalls the guard found starting as outliers (weight ``outlier``)."""
+        if self._lone:
+            m = np.isin(t.astype(np.int64), list(self._lone))
+            omega = np.where(m, np.minimum(omega, outlier), omega)
+        return omega
 
     def _block_of(self, block):
         """The block a new reading belongs to: the changed machine's once there is one."""

@@ -240,6 +240,10 @@ class Posterior:
             self._finish("inconclusive", reason="untestable")
 
     def _warm_omega(self, pos: np.ndarray, u_raw: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``_warm_start``, with the burst guard's lone stalls starting as outliers."""
+        return self._lone_weights(self._warm_start(pos, u_raw, t), t, 1 / OUT_K**2)
+
+    def _warm_start(self, pos: np.ndarray, u_raw: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Robustness weights to start the EM from: the last fit's, and for the readings since,
         their weights under that fit (its levels, scales, outlier share and posterior, in its drift
         and centring frame). From all ones, a stall inflated the first iteration's scale so much

@@ -29,6 +29,7 @@ from .base import Observation, deblock, drive, host_warnings
 from .attribution_fit import stage_misfits
 from .hypotheses import EXTENDED_RHO_GRID
 from .staged_bursts import BurstGuard
+from .staged_reference import ReferenceWatch
 from .staged_effects import StructuredEffects
 from .staged_small import SmallEffectRule
 
@@ -70,7 +71,7 @@ def _winsorized(values: list[float]) -> np.ndarray:
     return np.asarray(values, dtype=float) if clipped is logs else np.exp(clipped)
 
 
-class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
+class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffectRule):
     """Ask/tell attribution that peels culprits off stage by stage (see module docstring).
 
     ``thorough=True`` (the command line's ``--strategy thorough``) trades trials for completeness:
@@ -120,6 +121,7 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
         self._ended: list[int] = []           # trials so far when each stage's verdict was taken
         self._final: AttributionVerdict | None = None
         self._residual_unsettled: str | None = None   # the residual check could not tell: what it saw
+        self._ref_init()
         self._start(frozenset())
 
     # ------------------------------------------------------------------ protocol
@@ -135,13 +137,16 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
 
     @property
     def trials(self) -> int:
-        return len(self.observations)
+        return len(self.observations) + self._ref_held()     # held burst readings were run too
 
     @property
     def done(self) -> bool:
         return self._final is not None
 
     def ask(self) -> list[frozenset[str]]:
+        ref = self._ref_asks() if self._final is None else None
+        if ref:
+            return ref               # a burst suspected: the reference arm tells (staged_reference)
         if self._pending:
             return list(self._pending)
         while self._final is None:
@@ -166,10 +171,17 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
         """One reading; ``block``: the host it was measured on (readings are compared within
         hosts: a host's level is learned from the arms every host measures, never read as an effect)."""
         active = frozenset(active)
-        if active in self._pending:
-            self._pending.remove(active)
         if value is not None and (not np.isfinite(value) or value <= 0):
             value = None
+        # a reading far below both references waits for the reference arm's next reading
+        for seq, a, v, b in self._ref_filter(active, value, block):
+            self._take(seq, a, v, b)
+
+    def _take(self, seq: int, active: frozenset, value: float | None, block) -> None:
+        """Take one reading in: the observations, and the current stage when it is in its space."""
+        if active in self._pending:
+            self._pending.remove(active)
+        self._seq.append(seq)
         self._told.append(Observation(len(self._told), active, value, block))
         if len({o.block for o in self._told if o.ok}) > 1:
             self.observations = deblock(self._told)
@@ -177,15 +189,17 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
             self.observations.append(self._told[-1])
         base, stage = self.stages[-1]
         if active >= base and not stage.done:
-            stage.trial_numbers.append(len(self.observations) - 1)
+            stage.trial_numbers.append(seq)
             stage.tell(active - base, value, block)
 
     def verdict(self) -> AttributionVerdict:
         v = self._final if self._final is not None else self._combine(provisional=True)
         # Asked before the end (progress display): the current best combination, provisional.
-        hosts = host_warnings(self._told)
+        hosts = host_warnings(self._told) + self._ref_lines()
         if hosts:
             v = replace(v, warnings=tuple(dict.fromkeys(tuple(v.warnings) + tuple(hosts))))
+        if self._ref_bursts:
+            v = replace(v, extra=dict(v.extra or {}, bursts=[dict(b) for b in self._ref_bursts]))
         return v
 
     def plan_estimate(self):
@@ -220,7 +234,7 @@ class StagedAttribution(BurstGuard, StructuredEffects, SmallEffectRule):
                                     alpha=self.alpha, futility_trials=self.max_trials, **self.kw)
         stage.trial_numbers = []
         for o in seeded:                        # what was measured inside this stage's space counts
-            stage.trial_numbers.append(o.index)
+            stage.trial_numbers.append(self._seq[o.index])
             told = self._told[o.index]          # as measured: the stage fits the host levels itself
             stage.tell(o.active - base, told.value, told.block)
         self.stages.append((base, stage))

@@ -1,0 +1,74 @@
+"""The staged attribution's reference guard (issue #23, strategies/staged_reference.py): a reading far
+below both references sends the next one to the reference arm; a slow reference leaves the burst
+out and the arm is measured again, a normal one takes the reading in. Scripted machines."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bisect_lab.strategies.base import drive
+from bisect_lab.strategies.staged import StagedAttribution
+from bisect_lab.strategies.staged_reference import MAX_REF_READS
+
+
+def machine(slow: dict[int, float], *, culprit="f3", effect=0.10, cv=0.02, seed=0, step_from=None, step=1.0):
+    """10 factors f00..f09, one culprit; reading number k (1-based, in the order taken) is
+    multiplied by ``slow[k]``, and from ``step_from`` on every reading by ``step``."""
+    rng = np.random.default_rng([5, seed])
+    names = [f"f{k:02d}" for k in range(10)]
+    culprit = names[int(culprit[1:])]
+    calls: list[frozenset] = []
+
+    def measure(active):
+        calls.append(frozenset(active))
+        k = len(calls)
+        v = 1000.0 * (1 - effect if culprit in active else 1.0) * math.exp(rng.normal(0, cv))
+        if step_from is not None and k >= step_from:
+            v *= step
+        return v * slow.get(k, 1.0)
+
+    return names, measure, culprit, calls
+
+
+def _run(names, measure, seed=0, ref=True):
+    st = StagedAttribution(names, seed=seed, max_trials=200)
+    st.reference_guard = ref
+    return st, drive(st, measure)
+
+
+def test_a_burst_is_left_out_and_its_arm_measured_again():
+    # readings 4-8 30% slow, whatever the arm (the campaign needs about a dozen readings)
+    names, measure, culprit, calls = machine({k: 0.7 for k in range(4, 9)})
+    st, v = _run(names, measure)
+    assert v.status == "culprits" and list(v.culprits) == [culprit], (v.status, v.culprits)
+    (b,) = v.extra["bursts"]
+    assert b["trials"] == [4, 5, 6, 7, 8] and b["refs"] == 4 and b["kept"] is False, b
+    assert calls[4:9] == [frozenset()] * 5, calls[3:10]         # the reference, until it read normal
+    assert calls[9] == calls[3], (calls[3], calls[9])           # then the held arm, measured again
+    assert v.trials == len(calls) and len(st.observations) == len(calls) - 5
+    line = next(w for w in v.warnings if "burst of host contention" in w)
+    assert line.startswith("trials 4-8: 5 reading(s) left out") and "read slow 4 time(s)" in line, line
+
+
+def test_a_lone_slow_reading_costs_one_reference_reading():
+    names, measure, culprit, calls = machine({5: 0.6}, seed=1)
+    st, v = _run(names, measure, seed=1)
+    assert v.status == "culprits" and list(v.culprits) == [culprit]
+    assert "bursts" not in (v.extra or {}) and calls[5] == frozenset(), calls[3:8]
+    assert v.trials == len(calls) == len(st.observations)      # nothing left out
+
+
+def test_a_machine_that_stays_slow_is_kept_and_the_guard_stops():
+    names, measure, culprit, calls = machine({}, seed=2, step_from=5, step=0.7)
+    st, v = _run(names, measure, seed=2)
+    (b,) = v.extra["bursts"]
+    assert b["kept"] is True and b["refs"] == MAX_REF_READS and b["trials"][0] == 5, b
+    assert v.trials == len(calls) == len(st.observations)
+    assert any("stayed slow from trial 5" in w for w in v.warnings), v.warnings
+
+
+def test_without_the_guard_the_burst_readings_go_in():
+    names, measure, culprit, calls = machine({k: 0.7 for k in range(4, 9)})
+    st, v = _run(names, measure, ref=False)
+    assert "bursts" not in (v.extra or {}) and len(st.observations) == len(calls)
