@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from .. import stats
+
 # A reading this many noise sd below both references is suspect, and a reference reading this many
 # below its own level is slow; never less than MIN_GAP (log units, ~10%): a burst is a large shift,
 # and the campaign's noise is barely known early on.
@@ -114,7 +116,10 @@ class ReferenceWatch:
         b = [self._oriented(o.value) for o in self.observations if o.ok and o.active == bad_arm]
         if len(g) < MIN_REF or len(b) < MIN_REF:
             return None
-        sd = self._noise()
+        # the wider reference's own spread too (from its second reading on): where the regression brings its own noise (the H200
+        # eager path: 14% against 0.6%) its heavy tail is not a burst (held, it had cost the H200
+        # cells a reference reading each and moved their answers: 95% -> 87.5% right at N = 20)
+        sd = max([self._noise()] + [_spread(v) for v in (g, b)])
         return (float(np.median(g)), float(np.median(b)), max(HOLD_K * sd, MIN_GAP), max(REF_K * sd, MIN_GAP))
 
     def _ref_lines(self) -> list[str]:
@@ -132,3 +137,10 @@ class ReferenceWatch:
                            f"(an arm read far below both references and the reference arm, nothing applied, "
                            f"read slow {bu['refs']} time(s) right after it); the arm ({arm}) was measured again")
         return out
+
+
+def _spread(v: list[float]) -> float:
+    """A reference's own spread: robust from three readings, the plain sd of two, 0 of one."""
+    if len(v) >= 3:
+        return float(stats.robust_sd(v))
+    return float(np.std(v, ddof=1)) if len(v) == 2 else 0.0
