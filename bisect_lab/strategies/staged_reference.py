@@ -116,11 +116,15 @@ class ReferenceWatch:
         b = [self._oriented(o.value) for o in self.observations if o.ok and o.active == bad_arm]
         if len(g) < MIN_REF or len(b) < MIN_REF:
             return None
-        # the wider reference's own spread too (from its second reading on): where the regression brings its own noise (the H200
-        # eager path: 14% against 0.6%) its heavy tail is not a burst (held, it had cost the H200
-        # cells a reference reading each and moved their answers: 95% -> 87.5% right at N = 20)
-        sd = max([self._noise()] + [_spread(v) for v in (g, b)])
-        return (float(np.median(g)), float(np.median(b)), max(HOLD_K * sd, MIN_GAP), max(REF_K * sd, MIN_GAP))
+        # A reading below both is judged by the spread of the lower reference too (from its second
+        # reading on), a slow reference by its own: where the regression brings its own noise (the
+        # H200 eager path: 14% against 0.6%) its heavy tail is not a burst (held, it cost the H200
+        # cells a reference reading in most runs). Not the wider of the two: two readings of the
+        # good arm 8% apart at CV 3% then hid a burst of 20% (and named a wrong factor).
+        mg, mb = float(np.median(g)), float(np.median(b))
+        noise = self._noise()
+        low = max(noise, _spread(b if mb <= mg else g))
+        return mg, mb, max(HOLD_K * low, MIN_GAP), max(REF_K * max(noise, _spread(g)), MIN_GAP)
 
     def _ref_lines(self) -> list[str]:
         """One warning per burst the guard left out, and the changed machine if it stopped."""
