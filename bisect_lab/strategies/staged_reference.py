@@ -122,9 +122,21 @@ class ReferenceWatch:
         # cells a reference reading in most runs). Not the wider of the two: two readings of the
         # good arm 8% apart at CV 3% then hid a burst of 20% (and named a wrong factor).
         mg, mb = float(np.median(g)), float(np.median(b))
-        noise = self._noise()
+        noise = self._arm_noise()
         low = max(noise, _spread(b if mb <= mg else g))
         return mg, mb, max(HOLD_K * low, MIN_GAP), max(REF_K * max(noise, _spread(g)), MIN_GAP)
+
+    def _arm_noise(self) -> float:
+        """The campaign's noise as the guard reads it: the median robust spread of the arms read three
+        times or more; 0 before any is (then MIN_GAP decides). Not the campaign's pair fallback
+        (``_noise``): one pair of good-arm readings 8% apart at CV 3% put the gap at 29% and let a
+        20% burst through."""
+        groups: dict = {}
+        for o in self.observations:
+            if o.ok:
+                groups.setdefault(o.active, []).append(self._oriented(o.value))
+        sds = [stats.robust_sd(v) for v in groups.values() if len(v) >= 3]
+        return float(np.median(sds)) if sds else 0.0
 
     def _ref_lines(self) -> list[str]:
         """One warning per burst the guard left out, and the changed machine if it stopped."""
