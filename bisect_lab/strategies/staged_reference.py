@@ -121,10 +121,15 @@ class ReferenceWatch:
         # H200 eager path: 14% against 0.6%) its heavy tail is not a burst (held, it cost the H200
         # cells a reference reading in most runs). Not the wider of the two: two readings of the
         # good arm 8% apart at CV 3% then hid a burst of 20% (and named a wrong factor).
+        # The reference is called slow against the campaign's noise with its pair fallback
+        # (``_noise``): a burst is declared on it, and at CV 15% two good readings 10% apart are
+        # common (a Gaussian campaign had a "burst" left out and its answer changed). Holding costs
+        # one reading, so the hold gap is the keener: the arms' noise only once one is read three
+        # times.
         mg, mb = float(np.median(g)), float(np.median(b))
-        noise = self._arm_noise()
-        low = max(noise, _spread(b if mb <= mg else g))
-        return mg, mb, max(HOLD_K * low, MIN_GAP), max(REF_K * max(noise, _spread(g)), MIN_GAP)
+        low = max(self._arm_noise(), _spread(b if mb <= mg else g))
+        ref = max(self._noise(), _spread(g))
+        return mg, mb, max(HOLD_K * low, MIN_GAP), max(REF_K * ref, MIN_GAP)
 
     def _arm_noise(self) -> float:
         """The campaign's noise as the guard reads it: the median robust spread of the arms read three
