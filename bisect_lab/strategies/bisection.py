@@ -45,6 +45,12 @@ Method, in the order it runs (docs/bisection.md has the figures):
    ``several`` (each step pinned by a sub-bisection); while undecided, a few readings go where the
    models' predictions differ most.
 
+7. **Bursts** (``bisection_bursts.py``, one host): a reading far below both levels is held and the
+   good endpoint read next; a slow reference means the host is slow (the burst's readings are
+   left out, the reference read until it is back), a normal one a lone stall (the reading goes
+   back in); a reference slow for ``BURST_MAX_REFS`` readings is a changed machine, its readings a
+   block of their own.
+
 Untestable positions (``tell(pos, None)``) are like ``git bisect skip``: never treated as bad, never
 proposed again. Everything here is pure and seeded: the same seed and the same sequence of ``tell``
 calls give the same decisions, so a campaign resumes by replaying its stored trials.
@@ -53,7 +59,8 @@ Code: this module holds the state machine's protocol (``BisectionStrategy``) and
 ``bisect_sequence``; its parts are mixins, each in its own module: the confirm step
 (``bisection_confirm``), the posterior (``bisection_posterior``), the choice of the next
 position (``bisection_search``), the model check (``bisection_check``, fits in
-``bisection_models``) and the verdict (``bisection_answer``); the noise model is
+``bisection_models``), the burst guard (``bisection_bursts``) and the verdict
+(``bisection_answer``); the noise model is
 ``bisection_noise``. ``BisectVerdict`` lives in ``bisect_lab.verdicts``.
 """
 from __future__ import annotations

@@ -9,6 +9,10 @@ a new stage attributes the residual among the remaining factors, with "good plus
 arm, seeded with every measurement already made inside its space. The answer is the union of the
 stages' culprits, with shares of the whole regression.
 
+Bursts of host contention are met twice: as each reading comes in (``staged_reference``: a reading
+far below both references waits for the good arm's next reading) and before the answer names its
+culprits (``staged_bursts``: adjacent pairs).
+
 Pure and seeded like every strategy: every decision is a function of the told observations, so a
 campaign resumes by replaying them.
 """
