@@ -79,7 +79,9 @@ def test_later_stages_warnings_say_which_arms_they_are_about():
         staged += 1
         prefix = f"stage 2 ('good plus {', '.join(stages[1]['good_plus'])}' vs 'bad'): "
         later = [k for k, w in enumerate(v.warnings) if w.startswith(prefix)]
-        assert any("budget of" in v.warnings[k] for k in later), v.warnings
+        assert later, v.warnings
+        if stages[1].get("status") == "inconclusive":     # ran out of budget (most seeds here)
+            assert any("budget of" in v.warnings[k] for k in later), v.warnings
         assert all(w.startswith(prefix) for w in v.warnings if "budget of" in w), v.warnings
         why = next(k for k, w in enumerate(v.warnings) if w.startswith("after naming"))
         assert why < min(later), v.warnings

@@ -30,8 +30,13 @@ from .. import stats
 HOLD_K = 5.0
 REF_K = 4.0
 MIN_GAP = 0.105
-# References read before the guard judges anything (each side).
+# ... and never less than this many times the campaign's noise as ``_noise`` reads it (from pairs
+# of readings before any arm has three): loose, since two readings say little about a spread.
+PAIR_K = 3.0
+# References read before the guard holds anything (each side), and good-arm readings before it
+# calls the reference slow.
 MIN_REF = 1
+MIN_REF_BURST = 2
 # A good arm slow this many times in a row: a changed machine, not a burst.
 MAX_REF_READS = 20
 
@@ -128,8 +133,17 @@ class ReferenceWatch:
         # times.
         mg, mb = float(np.median(g)), float(np.median(b))
         low = max(self._arm_noise(), _spread(b if mb <= mg else g))
-        ref = max(self._noise(), _spread(g))
-        return mg, mb, max(HOLD_K * low, MIN_GAP), max(REF_K * ref, MIN_GAP)
+        campaign = self._noise()
+        # the good arm's plain sd, not a robust one: a burst is declared on it, and at CV 15% the
+        # median spreads of arms read three or four times came out at 5% (a "burst" was declared)
+        ref = max(campaign, float(np.std(g, ddof=1)) if len(g) >= 2 else 0.0)
+        # the campaign's noise with its pair fallback bounds the hold gap too, at PAIR_K: a CV-15%
+        # campaign otherwise held a reading every few trials before any arm was read three times
+        hold = max(HOLD_K * low, PAIR_K * campaign, MIN_GAP)
+        # a burst is declared on the reference only once its level rests on two readings: one good
+        # reading 15% high (CV 15%) made every later one read "slow" and a Gaussian campaign lose
+        # readings to a burst that was not there
+        return mg, mb, hold, (max(REF_K * ref, MIN_GAP) if len(g) >= MIN_REF_BURST else math.inf)
 
     def _arm_noise(self) -> float:
         """The campaign's noise as the guard reads it: the median robust spread of the arms read three
