@@ -322,4 +322,9 @@ def test_attribute_learns_which_factor_makes_a_launch_dear_and_says_so(tmp_path)
     assert said and said[-1].startswith("differ by arm") and "env:TOY_READY_DELAY" in said[-1], p.stderr
     assert "information per second of launch" in said[-1]
     named = said[-1].split("launches: ")[-1].split(")")[0]
-    assert "slow" not in named, said                       # the patch costs no launch time
+    ratios = {part.rsplit(" ", 1)[0]: float(part.rsplit(" ", 1)[1].rstrip("x")) for part in named.split(", ")}
+    # the patch costs no launch time: the env var is the dear factor by far. Not "slow is never
+    # listed": a session's seconds on a loaded CI box vary by a third, and 4 launches once put the
+    # patch at 1.3x (the env var at 2.1x), just outside the model's 0.8-1.25 "alike" band
+    assert ratios["env:TOY_READY_DELAY"] >= 1.5, said
+    assert all(r < ratios["env:TOY_READY_DELAY"] / 1.4 for f, r in ratios.items() if f != "env:TOY_READY_DELAY"), said
