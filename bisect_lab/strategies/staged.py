@@ -491,17 +491,27 @@ class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffe
         change = (1 - r) if self.higher_is_better else (r - 1)
         return change > self.min_effect
 
+    def _arm_logs(self) -> dict[frozenset, list[float]]:
+        """Each arm's log readings taken in so far."""
+        groups: dict[frozenset, list[float]] = {}
+        for o in self.observations:
+            if o.ok:
+                groups.setdefault(o.active, []).append(math.log(o.value))
+        return groups
+
+    @staticmethod
+    def _arm_spreads(groups: dict) -> list[float]:
+        """Robust log-scale spreads of the arms read three times or more."""
+        return [stats.robust_sd(v) for v in groups.values() if len(v) >= 3]
+
     def _noise(self) -> float:
         """Robust log-scale spread of the arms measured more than once (the campaign's noise).
 
         Median absolute deviations, not standard deviations: one stalled trial in a heavy tail
         must not make a real residual look like noise.
         """
-        groups: dict[frozenset, list[float]] = {}
-        for o in self.observations:
-            if o.ok:
-                groups.setdefault(o.active, []).append(math.log(o.value))
-        mads = [stats.robust_sd(v) for v in groups.values() if len(v) >= 3]
+        groups = self._arm_logs()
+        mads = self._arm_spreads(groups)
         if mads:
             return float(np.median(mads))
         # no arm measured three times yet (a large culprit found from 2 + 2 references): the pooled

@@ -154,11 +154,7 @@ class ReferenceWatch:
         times or more; 0 before any is (then MIN_GAP decides). Not the campaign's pair fallback
         (``_noise``): one pair of good-arm readings 8% apart at CV 3% put the gap at 29% and let a
         20% burst through."""
-        groups: dict = {}
-        for o in self.observations:
-            if o.ok:
-                groups.setdefault(o.active, []).append(self._oriented(o.value))
-        sds = [stats.robust_sd(v) for v in groups.values() if len(v) >= 3]
+        sds = self._arm_spreads(self._arm_logs())     # a spread is the same either way up
         return float(np.median(sds)) if sds else 0.0
 
     def _ref_lines(self) -> list[str]:
