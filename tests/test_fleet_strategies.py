@@ -159,6 +159,33 @@ def test_four_hosts_bisect_a_thousand_commits_in_under_0_4x_the_rounds_of_one():
         assert sorted(p in (0, 999) for p in batches[1]) == [False, False, True, True]
 
 
+def test_the_endpoint_drift_guard_counts_time_not_trials():
+    # The drift guard re-reads an endpoint every REMEASURE_EVERY trial durations: one host every 12
+    # trials, four hosts every 48 trials (12 rounds). Counted in trials, four hosts re-read 4x as
+    # often per hour, and the endpoint slot pushed the end game into one more round.
+    from bisect_lab.strategies.bisection_search import REMEASURE_EVERY
+
+    def in_search(hosts, seed=0, n=1000, step=400):
+        rng = np.random.default_rng([78, seed])
+        s = BisectionStrategy(n, seed=seed, max_trials=300, min_effect=0.05, parallel=hosts, hosts=hosts)
+        while s._phase == "confirm":
+            for i, pos in enumerate(s.ask()):
+                s.tell(pos, 1000.0 * (0.9 if pos >= step else 1.0) * math.exp(rng.normal(0, 0.03)), block=f"h{i}")
+        assert s._phase == "bisect" and not s._outstanding
+        return s
+
+    def asks_endpoint(s, trials_since):
+        s._last_endpoint_t = len(s._path) - trials_since
+        return any(p in (0, s.n - 1) for p in s._ask_bisect(s.parallel))
+
+    four, one = in_search(4), in_search(1)
+    assert not asks_endpoint(four, REMEASURE_EVERY)            # 3 rounds on four hosts: not yet
+    assert not asks_endpoint(four, REMEASURE_EVERY * 4 - 1)
+    assert asks_endpoint(four, REMEASURE_EVERY * 4)            # 12 rounds
+    assert not asks_endpoint(one, REMEASURE_EVERY - 1)
+    assert asks_endpoint(one, REMEASURE_EVERY)                 # one host: 12 trials = 12 durations
+
+
 # --------------------------------------------------------------------------- layer 5
 class TwoHostTable:
     """``run_batch`` over a table, as the real executor pins it (spec i on host i % 2); host B

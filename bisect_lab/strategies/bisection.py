@@ -28,9 +28,10 @@ Method, in the order it runs (docs/bisection.md has the figures):
    (a binary-channel approximation), and the batch grows only while one more position adds at
    least ``PARALLEL_MIN_GAIN`` of what the best single one would; a likely culprit and its
    predecessor are read side by side (the end game).
-4. **Endpoints again.** Every ``REMEASURE_EVERY`` trials an endpoint is re-measured (drift guard;
-   the levels are also the main remaining uncertainty), and whenever the best split is next to an
-   endpoint.
+4. **Endpoints again.** Every ``REMEASURE_EVERY`` trial durations an endpoint is re-measured (drift
+   guard; the levels are also the main remaining uncertainty): every ``REMEASURE_EVERY x parallel``
+   trials, since drift goes with time, not with the trial count. Also whenever the best split is next
+   to an endpoint.
 5. **Stop** when one position holds ``confidence`` posterior mass and would still hold
    ``LOO_MASS`` without any one reading of it or of the position before it (``culprit``; a final
    check: if it fails and nothing else is informative, the fragile position is measured again);

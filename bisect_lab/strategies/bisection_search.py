@@ -15,7 +15,11 @@ from .bisection_noise import _noise_logpdf
 
 # Re-measure an endpoint after this many trials without one. A drift guard, and the endpoint levels
 # are what the posterior is least sure of: in simulation every 12 trials beat every 30 (and never)
-# on accuracy, mean and p95 trials at once.
+# on accuracy, mean and p95 trials at once. Counted in trial durations: with ``parallel`` trials at
+# once, every REMEASURE_EVERY x parallel trials. Drift goes with time; counted in trials, 4 hosts
+# re-measured 4x as often per hour, and that endpoint slot often pushed the end game into one more
+# round (simulated 1,000 commits on 4 nodes: 0.35x -> 0.34x of one node's wall time, 1.34x -> 1.27x
+# its trials, benchmarks/simulate_fleet.py).
 REMEASURE_EVERY = 12
 # Several hosts: a batch grows by one position only while that adds at least this share of the
 # information of the best single reading (the joint optimum of each size is compared).
@@ -79,7 +83,7 @@ class NextPosition:
         new: list[int] = []
         t = len(self._path)
         ends_busy = any(p in (0, self.n - 1) for p in self._outstanding)
-        if t - self._last_endpoint_t >= REMEASURE_EVERY and not ends_busy:
+        if t - self._last_endpoint_t >= REMEASURE_EVERY * self.parallel and not ends_busy:
             pos = np.asarray(self._obs_pos, dtype=np.int64)
             ng, nb = int(np.sum(pos == 0)), int(np.sum(pos == self.n - 1))
             new.append(0 if ng <= nb else self.n - 1)
