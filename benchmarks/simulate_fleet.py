@@ -11,6 +11,7 @@ The 1-node row of each scenario is the baseline, run in the same invocation.
 
     python3 benchmarks/simulate_fleet.py            # 40 repetitions per cell
     python3 benchmarks/simulate_fleet.py --quick    # 4 repetitions, 1 and 4 nodes, a smoke run
+    python3 benchmarks/simulate_fleet.py --only bisect --nodes 1,4 --first-rep 120 --reps 120  # held out
 """
 from __future__ import annotations
 
@@ -93,6 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario keys: " + ", ".join(SCENARIOS))
     ap.add_argument("--nodes", default="", help="comma-separated node counts (default 1,2,4,8)")
     ap.add_argument("--diffs", default="", help="comma-separated node level differences (default 0,0.01,0.03)")
+    ap.add_argument("--first-rep", type=int, default=0, help="first seed (a held-out set: e.g. 120)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     a = ap.parse_args(argv)
     reps = a.reps or (4 if a.quick else 40)
@@ -102,7 +104,7 @@ def main(argv=None) -> int:
         nodes = [1] + nodes              # the baseline, in the same run
     diffs = [float(x) for x in a.diffs.split(",") if x] or ([0.0, 0.03] if a.quick else [0.0, 0.01, 0.03])
     jobs = [(k, r, m, d) for k in keys for m in nodes for d in (diffs if m > 1 else [0.0])
-            for r in range(reps)]
+            for r in range(a.first_rep, a.first_rep + reps)]
     if a.jobs > 1:
         with Pool(a.jobs) as p:
             out = p.map(run_one, jobs, chunksize=2)
