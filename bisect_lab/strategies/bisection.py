@@ -76,14 +76,16 @@ from .bisection_answer import VerdictBuilder, _replace_trials
 from .bisection_bursts import BurstWatch
 from .bisection_check import ModelCheck
 from .bisection_confirm import MIN_ENDPOINT, ConfirmPhase
+from .bisection_flanks import FlankCheck
 from .bisection_posterior import DELTA_SCALE, Posterior
 from .bisection_search import NextPosition
 
 # The tuning constants, where each part keeps them; importable from here as before the split.
 from .bisection_answer import FLAT_T, TOP_MASS, TOP_MAX  # noqa: F401
-from .bisection_check import (CHECK_ALPHA, CHECK_ALPHA_LOOK, CHECK_EVERY, CHECK_FROM,  # noqa: F401
-                              CHECK_GRAY, CHECK_LOOSE, CHECK_REPS, MODEL_EXTRA, MODEL_EXTRA_LOOSE,
-                              MODEL_MARGIN, REJECT_T, SECOND_T)
+from .bisection_check import (CHECK_ALPHA_LOOK, CHECK_EVERY, CHECK_FROM, CHECK_REPS,  # noqa: F401
+                              MODEL_EXTRA, MODEL_MARGIN, REJECT_T, SECOND_T)
+from .bisection_flanks import (FLANK_DELTA, FLANK_MAX, FLANK_MAX_HIGH, FLANK_NULL,  # noqa: F401
+                               FLANK_REJECT)
 from .bisection_confirm import NULL_MIN_ENDPOINT  # noqa: F401
 from .bisection_noise import (NULL_PRIOR, OUT_EPS, OUT_K, SKEW_MAX, SKEW_PRIOR_SD,  # noqa: F401
                               SKEW_SURE, STALL_MADS)
@@ -95,7 +97,8 @@ from .bisection_search import (END_MASS, END_READS, PARALLEL_MIN_GAIN, RECHECK_M
 __all__ = ["BisectVerdict", "BisectionStrategy", "bisect_sequence"]
 
 
-class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, BurstWatch, VerdictBuilder):
+class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, FlankCheck, BurstWatch,
+                        VerdictBuilder):
     """Seeded ask/tell state machine for noisy bisection (see the module docstring for the method).
 
     Parameters: ``n`` positions (>= 2); ``higher_is_better`` for the metric; ``seed``;
@@ -169,6 +172,9 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Burst
         self._probe: int | None = None           # position the model check wants measured next
         self._probe_more: list[int] = []         # ... and the further ones of its batch (several hosts)
         self._extra = 0                          # trials spent on the model check
+        self._flank_extra = 0                    # ... of them on the flank test (bisection_flanks)
+        self._flank: dict | None = None          # the flank test's second step, when it found one
+        self._flank_look = False                 # a look rejected one step: the flank test is open
         self._last_check_t = 0
         self._check: dict | None = None
         self._fits = None                        # bisection_models.Fits when one step was rejected
@@ -178,6 +184,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Burst
         self._child: BisectionStrategy | None = None
         self._answer: dict = {}                  # range / effect / steps of gradual and several
         self._confirm_obs = 0
+        self._replayed = 0                       # readings told before its own (a sub-bisection)
         self._no_more = False                    # budget spent: answer from the data at hand
         self._obs_pathi: list[int] = []          # index into _path of each observation
         self._u_fit: np.ndarray | None = None

@@ -85,7 +85,11 @@ class VerdictBuilder:
             rng = (lo, hi)
         steps: tuple = ()
         top: tuple = ()
-        if status == "culprit":
+        if status == "culprit" and self._answer.get("culprit") is not None:
+            # named by a sub-bisection of the model check (the search's own step was none)
+            index, mass, rng = self._answer["culprit"], self._answer.get("mass"), self._answer["range"]
+            effect, ci = self._effect(index)
+        elif status == "culprit":
             assert self._post is not None
             index = int(np.argmax(self._post))
             mass = float(self._post[index])

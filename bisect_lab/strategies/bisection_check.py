@@ -1,6 +1,6 @@
 """The model check of the noisy bisection: do the readings fit one step, or a slide (``gradual``)
-or two steps (``several``, each pinned by a sub-bisection) significantly better? The fits
-themselves are in ``bisection_models.py``.
+or two steps (``several``, each pinned by a sub-bisection) better? The fits themselves are in
+``bisection_models.py``, the flank test that decides at the answer in ``bisection_flanks.py``.
 
 A mixin of ``bisection.BisectionStrategy``: it reads and sets that class's state.
 """
@@ -13,21 +13,19 @@ import numpy as np
 from . import bisection_models as _models
 from .bisection_confirm import MIN_ENDPOINT
 
-# Model check before an answer (bisection_models.py): the one-step model is rejected against a
-# slide or two steps at a bootstrap p below CHECK_ALPHA when a culprit would be named (or the budget
-# ends), and below CHECK_ALPHA_LOOK at the looks taken every CHECK_EVERY trials from CHECK_FROM on
-# (many looks: stricter). Between CHECK_ALPHA and CHECK_GRAY the check is undecided and up to
-# MODEL_EXTRA more trials go where the models' predictions differ most.
+# At the answer, the flank test (bisection_flanks.py) decides whether the step about to be named
+# is the whole change (issue #23: the bootstrap below, run on the readings at hand, found a second
+# step in 15% of two-step runs, 3% then 4% at CV 3%). At the looks taken every CHECK_EVERY trials
+# from CHECK_FROM on, the one-step model is rejected against a slide or two steps at a bootstrap
+# p below CHECK_ALPHA_LOOK (residual bootstrap of the one-step fit on the readings taken after the
+# confirm step; bisection_models.py), and the flank test then confirms before the search stops: a
+# slide that never concentrates has no answer to wait for.
 # Strict, because the readings are not a fixed design: the confirm step stops when the endpoints
 # look most apart (those readings are left out of the check: optional stopping biases them), and
 # the search re-reads a position while it looks ambiguous, which makes a wrong turn look like a
 # level of its own; at 1% a clean 5% step was called "several" in 8% of simulated runs.
-CHECK_ALPHA = 0.002
 CHECK_ALPHA_LOOK = 0.002
-CHECK_GRAY = 0.02
-CHECK_LOOSE = 0.3
-MODEL_EXTRA_LOOSE = 8
-# ... and a fitted second step counts only at min_effect or more and |t| >= SECOND_T.
+# A fitted second step counts only at min_effect or more and |t| >= SECOND_T.
 SECOND_T = 2.0
 # To reject one step for two, the weaker step must also stand alone at |t| >= REJECT_T: the bootstrap
 # alone let a 25% step with skewed noise be called "several" in 2% of simulated runs.
@@ -35,6 +33,7 @@ REJECT_T = 3.5
 CHECK_EVERY = 12
 CHECK_FROM = 36
 CHECK_REPS = 999
+# Readings spent telling a slide from two steps (the flank test's own are counted apart).
 MODEL_EXTRA = 16
 # Several hosts: model-check probes per batch (each one a round of its own would cost wall time).
 PROBE_BATCH = 2
@@ -64,18 +63,6 @@ class ModelCheck:
         keep[: self._confirm_obs] = False
         return pos[keep], u[keep]
 
-    def _fit_all_readings(self):
-        pos, u, t = self._arrays()
-        beta = self._params[4] if self._params is not None else 0.0
-        u = u - beta * (t - t.mean())
-        keep = self._kept()
-        f = _models.fit_models(pos[keep], u[keep])
-        return None if f is None else _models.fit_models(pos[keep], u[keep], anchor=f.one)
-
-    def _second_step_in_all_readings(self) -> bool:
-        f = self._fit_all_readings()
-        return f is not None and self._alternative_is_real(f, "two")
-
     def _alternative_is_real(self, f, alt: str, t_min: float = 0.0) -> bool:
         """A second step must be of min_effect or more, a slide must have readings inside it
         (two distinct positions): otherwise the 'alternative' is noise dressed as structure."""
@@ -89,45 +76,65 @@ class ModelCheck:
         return int(np.sum((f.xs > lo) & (f.xs < hi))) >= 2
 
     def _model_check(self, *, final: bool) -> str:
-        """Do the readings fit one step? 'one' (yes, or cannot tell), 'probe' (undecided at the
-        answer: ``_probe`` is measured next), or 'rejected' (phase 'models' or finished)."""
+        """Do the readings fit one step? 'one' (yes, or cannot tell), 'probe' (undecided:
+        ``_probe`` is measured next), or 'rejected' (phase 'models' or finished).
+
+        At the answer (``final``) the flank test (``bisection_flanks``) decides: is the step about
+        to be named the whole change? At the looks every CHECK_EVERY trials, the bootstrap test
+        on the search's own readings first (a slide that never concentrates has no answer to
+        wait for); when it rejects one step, the flank test, from then on at every reading
+        until it decides, says whether to stop the search for a slide or two steps."""
         self._last_check_t = len(self._path)
-        pos, u = self._fit_data()
-        f, p = _models.check_one_step(pos, u, seed=[self.seed, len(self._path)], reps=CHECK_REPS)
-        self._check = {"p_one_step": p, "model": "one", "extra": self._extra}
-        alpha = CHECK_ALPHA if final else CHECK_ALPHA_LOOK
-        if f is None:
-            # Too few positions read after the confirm step to fit an alternative.
-            if not (final and self._extra < MODEL_EXTRA_LOOSE and self._second_step_in_all_readings()):
+        if final:
+            self._flank_look = False
+        elif not self._flank_look:
+            pos, u = self._fit_data()
+            f, p = _models.check_one_step(pos, u, seed=[self.seed, len(self._path)], reps=CHECK_REPS)
+            self._check = {"p_one_step": p, "model": "one", "extra": self._extra}
+            if f is None:
                 return "one"
-            return "probe" if self._set_probes(self._fit_all_readings(), "one", "two", pos) else "one"
-        alt = "slide" if f.rss_slide <= f.rss_two else "two"
-        real = self._alternative_is_real(f, alt, t_min=REJECT_T)
-        if not (p <= alpha and real):
-            real = self._alternative_is_real(f, alt)
-            # Undecided at the answer: nearly significant, or a second step of min_effect or more
-            # fitted that the readings can neither confirm nor rule out (a second step is usually
-            # where the search read little, far from the first; the probes read there).
-            if final and p <= CHECK_GRAY and real:
-                probe_alt = alt
-            elif final and p <= CHECK_LOOSE and self._extra < MODEL_EXTRA_LOOSE and self._alternative_is_real(f, "two"):
-                probe_alt = "two"
-            elif final and self._extra < MODEL_EXTRA_LOOSE and self._second_step_in_all_readings():
-                # Only the confirm step's readings (left out of the test) show it: read there again.
-                f, probe_alt = self._fit_all_readings(), "two"
-            else:
+            alt = "slide" if f.rss_slide <= f.rss_two else "two"
+            if not (p <= CHECK_ALPHA_LOOK and self._alternative_is_real(f, alt, t_min=REJECT_T)):
                 return "one"
-            return "probe" if self._set_probes(f, "one", probe_alt, pos) else "one"
+            self._flank_look = True
+        verdict = self._flank_check()
+        if final and verdict != "probe":
+            # For the record (``check``): the bootstrap p of one step on the search's readings.
+            pos, u = self._fit_data()
+            _, p = _models.check_one_step(pos, u, seed=[self.seed, len(self._path)], reps=CHECK_REPS)
+            self._check = dict(self._check or {}, p_one_step=p)
+        if verdict == "one":
+            self._flank_look = False
+        if verdict != "rejected":
+            return verdict
+        # A second step on one flank: a slide or two steps (by BIC, as above); two steps are
+        # pinned where the flank test found them.
+        self._flank_look = False
         self._phase = "models"
-        self._decide_models(f, pos, u)
+        pos, u = self._fit_data()
+        fa = self._flank_fit(pos, u)
+        if fa is None:
+            self._check = dict(self._check or {}, model="two", extra=self._extra)
+            self._start_steps(None)
+        else:
+            self._decide_models(fa, pos, u)
         return "rejected"
 
+    def _flank_fit(self, pos: np.ndarray, u: np.ndarray):
+        """The model fits that keep a change at the flank test's step (None: too few positions)."""
+        xs = np.unique(pos)
+        a = int(np.searchsorted(xs, self._flank["c"])) - 1
+        if xs.size < 4 or not 0 <= a <= xs.size - 2:
+            return None
+        return _models.fit_models(pos, u, anchor=a)
+
     def _can_probe(self) -> bool:
-        return not self._no_more and self._extra < MODEL_EXTRA and len(self._path) < self.max_trials - 1
+        return (not self._no_more and self._extra - self._flank_extra < MODEL_EXTRA
+                and len(self._path) < self.max_trials - 1)
 
     def _update_models(self) -> None:
         pos, u = self._fit_data()
-        f = _models.fit_models(pos, u)
+        f = _models.fit_models(pos, u) if self._flank is None else self._flank_fit(pos, u)
         if f is not None:
             self._decide_models(f, pos, u)
 
@@ -149,7 +156,7 @@ class ModelCheck:
         pick counts as read once more, so a second one may be elsewhere or a repeat)."""
         if not self._can_probe():
             return False
-        k = min(PROBE_BATCH if self.parallel > 1 else 1, MODEL_EXTRA - self._extra,
+        k = min(PROBE_BATCH if self.parallel > 1 else 1, MODEL_EXTRA - self._extra + self._flank_extra,
                 self.max_trials - 1 - len(self._path))
         probes = self._disagreement(f, m1, m2, pos, k=max(k, 1))
         if not probes:
@@ -193,11 +200,32 @@ class ModelCheck:
         self._finish("gradual", reason="model-check")
 
     def _start_steps(self, f) -> None:
-        xs, (k, l) = f.xs, f.two
-        self._steps_todo = [
-            {"lo": int(xs[k]), "hi": int(xs[k + 1]), "seg_lo": 0, "seg_hi": int(xs[l])},
-            {"lo": int(xs[l]), "hi": int(xs[l + 1]), "seg_lo": int(xs[k + 1]), "seg_hi": self.n - 1},
-        ]
+        fl = self._flank
+        if fl is not None:
+            # The step found (between ``near`` and ``c``) and the flank test's second one.
+            c, near, lo, hi = fl["c"], fl["near"], fl["lo"], fl["hi"]
+            # Both are pinned by a sub-bisection told every reading in its stretch: the flank's (a
+            # split between two neighbours read once each is no evidence of where a step is) and
+            # the one the search found too (with the other step in its stretch no longer, the
+            # readings may show it was none: the search's culprit was a fluke of the readings
+            # between the two).
+            found = {"lo": near, "hi": c, "sure": False}
+            if fl["side"] == "good":
+                self._steps_todo = [
+                    {"lo": lo, "hi": hi, "seg_lo": 0, "seg_hi": near, "sure": False},
+                    dict(found, seg_lo=hi, seg_hi=self.n - 1),
+                ]
+            else:
+                self._steps_todo = [
+                    dict(found, seg_lo=0, seg_hi=lo),
+                    {"lo": lo, "hi": hi, "seg_lo": c, "seg_hi": self.n - 1, "sure": False},
+                ]
+        else:
+            xs, (k, l) = f.xs, f.two
+            self._steps_todo = [
+                {"lo": int(xs[k]), "hi": int(xs[k + 1]), "seg_lo": 0, "seg_hi": int(xs[l])},
+                {"lo": int(xs[l]), "hi": int(xs[l + 1]), "seg_lo": int(xs[k + 1]), "seg_hi": self.n - 1},
+            ]
         self._phase = "steps"
         self._next_child()
 
@@ -208,8 +236,14 @@ class ModelCheck:
         while self._steps_todo:
             st = self._steps_todo[0]
             lo, hi = st["lo"], st["hi"]
-            if hi - lo == 1 or self._no_more or len(self._path) >= self.max_trials - 1:
-                self._step_done(st, hi if hi - lo == 1 else None, (lo + 1, hi))
+            if self._steps_done:
+                # A later step's stretch starts where the one before it was pinned (else its
+                # sub-bisection can find that one again).
+                st["seg_lo"] = min(max(st["seg_lo"], self._steps_done[-1]["range"][1]), lo)
+            sure = st.get("sure", True)
+            if (hi - lo == 1 and sure) or self._no_more or len(self._path) >= self.max_trials - 1:
+                self._step_done(st, hi if hi - lo == 1 and sure else None,
+                                (lo + 1, hi) if sure else (st["seg_lo"] + 1, st["seg_hi"]))
                 continue
             pos, u, _ = self._arrays()
             keep = self._kept()
@@ -224,6 +258,7 @@ class ModelCheck:
                 max_trials=max(2 * MIN_ENDPOINT, int(inside.sum()) + self.max_trials - len(self._path)),
                 confidence=self.confidence, min_effect=self.min_effect, parallel=self.parallel)
             child._check_models = False
+            child._replayed = int(inside.sum())
             for j in np.flatnonzero(inside):
                 child.tell(int(pos[j]) - a, self._path[self._obs_pathi[j]][1])
             if child.done:
@@ -252,7 +287,7 @@ class ModelCheck:
 
     def _child_done(self, st: dict, child: "BisectionStrategy") -> None:
         v = child.verdict()
-        st["child"] = v.status
+        st["child"], st["mass"] = v.status, v.mass
         lo = st["seg_lo"]
         if v.status == "culprit" and v.index is not None:
             self._step_done(st, lo + v.index, (lo + v.index, lo + v.index))
@@ -281,8 +316,13 @@ class ModelCheck:
         real = [st for st, d in zip(steps, self._steps_done)
                 if d.get("child") != "no-regression" and st["effect"] is not None
                 and abs(math.log(st["effect"])) >= self._d_min / 2]
-        if len(real) == 1 and self._post is not None and real[0]["index"] == int(np.argmax(self._post)):
+        if len(real) == 1 and real[0]["index"] is not None:
             self._check = dict(self._check or {}, model="one")
+            d = self._steps_done[steps.index(real[0])]
+            if self._post is None or real[0]["index"] != int(np.argmax(self._post)):
+                # the step the search named was not one (the flank's sub-bisection found the change)
+                self._answer = {"culprit": real[0]["index"], "mass": d.get("mass"),
+                                "range": tuple(real[0]["range"])}
             self._finish("culprit", reason="posterior")
             return
         steps = real if len(real) >= 2 else steps

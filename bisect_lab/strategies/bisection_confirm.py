@@ -113,7 +113,9 @@ class ConfirmPhase:
         # posterior below carries an explicit "no change" hypothesis that catches false starts;
         # a strict gate would instead cost every real regression several trials.
         lo1 = d - float(_stats.t.ppf(self.confidence, df)) * se
-        cap = max(4 * MIN_ENDPOINT, self.max_trials // 3)
+        # (A sub-bisection is first told the readings already taken in its stretch: those are no
+        # trials of its own confirm step.)
+        cap = max(4 * MIN_ENDPOINT, self.max_trials // 3) + self._replayed
         if lo1 > 0 and d >= self._d_min / 2:
             self._start_bisect()
         elif self._endpoints_equal():

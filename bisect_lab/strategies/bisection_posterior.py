@@ -217,8 +217,8 @@ class Posterior:
             if not self._check_models or self._model_check(final=True) == "one":
                 self._finish("culprit", reason="posterior")
             return
-        if (self._check_models and len(self._path) >= CHECK_FROM
-                and len(self._path) - self._last_check_t >= CHECK_EVERY):
+        if self._check_models and (self._flank_look or (len(self._path) >= CHECK_FROM
+                                                      and len(self._path) - self._last_check_t >= CHECK_EVERY)):
             if self._model_check(final=False) != "one":
                 return
         if p0 >= self.confidence:
