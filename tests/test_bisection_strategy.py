@@ -44,13 +44,18 @@ def test_large_step_found_exactly_and_quickly():
         assert (v.status, v.index) == ("culprit", h.change), (seed, v.status, v.index)
         assert v.mass >= 0.95
         trials.append(v.trials)
-        # ~6 to confirm + ~10 single halvings, and at most 8 readings when the model check is unsure
-        assert v.trials <= 34
         lo, hi = v.effect_ci
         covered += lo <= 0.75 <= hi
         assert abs(v.effect - 0.75) < 0.05
     assert covered >= 6  # a 95% interval
-    assert np.mean(trials) <= 25, trials
+    # ~6 to confirm + ~10 single halvings, and a few readings for the flank test (issue #23) when it
+    # is unsure. At seed 0 the readings just after the step happen to read ~3% below the far ones
+    # (z ~ 4 on the whole flank) and the flank test reads on (29 readings, then one step): one run
+    # in the eight may go over 34 (the bounds were 34 each and a mean of 25). On 100 such histories
+    # (change 1 + (37 + 111 s) % 998, seed s) the flank test's runs average 21.3 trials (p95 26,
+    # 3 over 34, max 44), the model check's before it 22.1 (p95 26, 2 over 34, max 97).
+    assert sum(t > 34 for t in trials) <= 1 and max(trials) <= 60, trials
+    assert np.mean(trials) <= 26, trials
 
 
 def test_five_percent_step_at_cv3_mostly_right():

@@ -26,12 +26,15 @@ FLANK_DELTA = 1.5
 FLANK_SIZES = ((1.0, 0.85), (2.0, 0.05), (4.0, 0.05), (8.0, 0.05))
 # Stop: a second step when the mixture ratio reaches FLANK_REJECT (log), one step when it falls
 # to FLANK_NULL. Truncated: after FLANK_MAX readings for the test, one step unless the ratio is
-# above FLANK_MID (then up to FLANK_MAX_HIGH readings).
+# above FLANK_MID + FLANK_RISE per reading beyond FLANK_MAX (a second step keeps it climbing; a
+# ratio that only hovers, held up by a few readings the probes do not repeat, is not worth more),
+# and at FLANK_MAX_HIGH readings in any case.
 FLANK_REJECT = math.log(1000.0)
 FLANK_NULL = math.log(0.55)
 FLANK_MAX = 6
 FLANK_MID = 0.5
 FLANK_MAX_HIGH = 40
+FLANK_RISE = 0.1
 # A flank whose noise sd exceeds FLANK_SD_MAX x the alternative's step is not tested: one reading
 # there carries under 0.06 nats about it (a regression that loses CUDA graphs: CV 0.6% -> 14%).
 FLANK_SD_MAX = 3.0
@@ -137,7 +140,7 @@ class FlankCheck:
             return "rejected"
         spent = self._flank_extra
         if (self._no_more or len(self._path) >= self.max_trials - 1 or spent >= FLANK_MAX_HIGH
-                or (spent >= FLANK_MAX and total < FLANK_MID)):
+                or (spent >= FLANK_MAX and total < FLANK_MID + FLANK_RISE * (spent - FLANK_MAX))):
             return "one"
         # Read the smaller group of the split that weighs most: the endpoint or the position
         # next to the step (the two are on opposite sides of every split of the flank).
