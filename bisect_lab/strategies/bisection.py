@@ -40,11 +40,13 @@ Method, in the order it runs (docs/bisection.md has the figures):
    inner positions are untestable (``inconclusive``, reason ``untestable``, with the range); or at
    ``max_trials`` (``inconclusive``, reason ``budget``, with the remaining range).
 
-6. **Model check** (``bisection_models.py``) before a culprit, at the budget and at looks every
-   ``CHECK_EVERY`` trials: do the readings fit one step, or a slide / two steps significantly
-   better (residual bootstrap)? If not, the answer is ``gradual`` (a range and its total effect) or
-   ``several`` (each step pinned by a sub-bisection); while undecided, a few readings go where the
-   models' predictions differ most.
+6. **Is the step the whole change?** Before a culprit, the flank test (``bisection_flanks.py``):
+   a sequential mixture likelihood ratio of "a second step on one flank" (the positions before
+   the step, or from it on) against "none", with readings at the endpoints and next to the step
+   while it is undecided. At looks every ``CHECK_EVERY`` trials a bootstrap test of one step
+   against a slide or two steps (``bisection_models.py``) opens it too. A second step found ends
+   the search: ``gradual`` (a range and its total effect) or ``several`` (each step pinned by a
+   sub-bisection), by BIC between a slide and two steps.
 
 7. **Bursts** (``bisection_bursts.py``, one host): a reading far below both levels is held and the
    good endpoint read next; a slow reference means the host is slow (the burst's readings are
@@ -60,7 +62,7 @@ Code: this module holds the state machine's protocol (``BisectionStrategy``) and
 ``bisect_sequence``; its parts are mixins, each in its own module: the confirm step
 (``bisection_confirm``), the posterior (``bisection_posterior``), the choice of the next
 position (``bisection_search``), the model check (``bisection_check``, fits in
-``bisection_models``), the burst guard (``bisection_bursts``) and the verdict
+``bisection_models``, the flank test in ``bisection_flanks``), the burst guard (``bisection_bursts``) and the verdict
 (``bisection_answer``); the noise model is
 ``bisection_noise``. ``BisectVerdict`` lives in ``bisect_lab.verdicts``.
 """

@@ -1,15 +1,21 @@
-"""The flank test of the noisy bisection: once a step at ``c`` is located, is it the whole change?
+"""The flank test of the noisy bisection (issue #23): once a step at ``c`` is located, is it the
+whole change?
 
-Pure functions (used by ``bisection_check.ModelCheck``). Under one step, every position before
-``c`` reads like the good endpoint and every position from ``c`` on like the bad one. A second step
-on the good flank (``0 .. c-1``) makes the readings next to ``c`` differ from the good endpoint's;
-one on the bad flank (``c .. n-1``) makes those at ``c`` differ from the bad endpoint's. The test is
-a mixture sequential probability ratio: on each flank, for every split between two measured
-positions (weighted by the commits it stands for), the likelihood ratio of "the two groups differ
-by +-delta" against "one level", the level integrated out (normal readings, the noise sd taken from
-the replicate readings of single positions, which no level structure inflates). The mixture over
-both flanks, splits and signs is a likelihood ratio of "a second step somewhere" against "none",
-so it may be looked at after every reading (a mixture ratio stays a martingale under the null).
+Under one step, every position before ``c`` reads like the good endpoint and every position from
+``c`` on like the bad one. A second step on the good flank (``0 .. c-1``) makes the readings next to
+``c`` differ from the good endpoint's; one on the bad flank (``c .. n-1``) makes those at ``c``
+differ from the bad endpoint's. The test is a mixture sequential probability ratio: on each flank,
+for every split between two measured positions (weighted by the commits it stands for), the
+likelihood ratio of "the two groups differ by a step" against "one level", the levels integrated
+out (Student-t densities of the contrast, the noise sd pooled within the two groups). The mixture
+over both flanks, splits, step sizes and signs is a likelihood ratio of "a second step somewhere"
+against "none" (the second step uniform over the commits), so it may be looked at after every
+reading (a mixture ratio stays a martingale under the null; approximately, the sd being estimated).
+While it is undecided the next reading goes where it tells most: the endpoint or the position next
+to ``c``, whichever is the smaller group of the split that weighs most.
+
+``flank_ratio`` is pure; ``FlankCheck`` is a mixin of ``bisection.BisectionStrategy`` (it reads and
+sets that class's state), called by ``bisection_check.ModelCheck``.
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ __all__ = ["FlankCheck", "flank_ratio"]
 FLANK_DELTA = 1.5
 FLANK_SIZES = ((1.0, 0.85), (2.0, 0.05), (4.0, 0.05), (8.0, 0.05))
 # Stop: a second step when the mixture ratio reaches FLANK_REJECT (log), one step when it falls
-# to FLANK_NULL. Truncated: after FLANK_MAX readings for the test, one step unless the ratio is
+# to FLANK_NULL. Truncated: after FLANK_MAX readings for the test (in the whole campaign: looks
+# included), one step unless the ratio is
 # above FLANK_MID + FLANK_RISE per reading beyond FLANK_MAX (a second step keeps it climbing; a
 # ratio that only hovers, held up by a few readings the probes do not repeat, is not worth more),
 # and at FLANK_MAX_HIGH readings in any case.
@@ -35,22 +42,20 @@ FLANK_MAX = 6
 FLANK_MID = 0.5
 FLANK_MAX_HIGH = 40
 FLANK_RISE = 0.1
-# A flank whose noise sd exceeds FLANK_SD_MAX x the alternative's step is not tested: one reading
-# there carries under 0.06 nats about it (a regression that loses CUDA graphs: CV 0.6% -> 14%).
+# A flank whose noise sd (at its best split) exceeds FLANK_SD_MAX x the alternative's step is not
+# tested: one reading there carries under 0.06 nats about it (a regression that loses CUDA graphs,
+# CV 0.6% -> 14%, cost every run the test's 6 readings before).
 FLANK_SD_MAX = 3.0
-# The noise sd of each split is pooled within its two groups, but at least FLANK_SD_FLOOR x the
-# one-step fit's.
-FLANK_SD_FLOOR = 0.0
-
 
 
 def flank_ratio(pos: np.ndarray, u: np.ndarray, lo: int, hi: int, delta: float,
-                sd_floor: float = 0.0, sd_max: float = math.inf) -> tuple[float, int, int, int]:
+                sd_max: float = math.inf) -> tuple[float, int, int, int]:
     """log of the mixture likelihood ratio "a step of +-delta somewhere inside [lo, hi]" against
     "one level over [lo, hi]", from the readings ``u`` at positions ``pos`` inside it; the step
     falls uniformly on ``lo + 1 .. hi``. Each split's ratio is that of Student-t densities of its
-    contrast (left mean - right mean), the noise sd pooled within its two groups (at least
-    ``sd_floor``). Also (k, n_left, n_right) of the split that weighs most in the mixture: a step
+    contrast (left mean - right mean), the noise sd pooled within its two groups; the step is
+    +-delta times each multiple of FLANK_SIZES, with its weight. Also (k, n_left, n_right) of the
+    split that weighs most in the mixture: a step
     between the k-th and the (k+1)-th measured position.
     Returns (0.0, -1, 0, 0) when fewer than two positions, or four readings, were read there, or
     when even the best split leaves a noise sd over ``sd_max`` (too noisy to tell delta cheaply)."""
@@ -69,16 +74,16 @@ def flank_ratio(pos: np.ndarray, u: np.ndarray, lo: int, hi: int, delta: float,
     neff = 1.0 / (1.0 / cl + 1.0 / cr)
     df = float(y.size - 2)
     ss = np.maximum(float((y * y).sum()) - sl * sl / cl - sr * sr / cr, 0.0)
-    sd = np.maximum(np.sqrt(ss / df), sd_floor)
+    sd = np.sqrt(ss / df)
     if float(sd.min()) > sd_max:
         return 0.0, -1, 0, 0
     se = np.maximum(sd / np.sqrt(neff), 1e-12)
-    # Weight of each split: the commits a step between xs[k] and xs[k + 1] could be. A step at
-    # lo + 1 .. xs[0] or after xs[-1] splits none of these readings: ratio 1.
 
     def lt(z):
         return -(df + 1) / 2 * np.log1p(z * z / df)
 
+    # Weight of each split: the commits a step between xs[k] and xs[k + 1] could be. A step at
+    # lo + 1 .. xs[0] or after xs[-1] splits none of these readings: ratio 1.
     w = np.diff(xs).astype(float) / max(float(hi - lo), 1.0)
     w_none = (xs[0] - lo + hi - xs[-1]) / max(float(hi - lo), 1.0)
     # The step: +-delta, or (weights FLANK_SIZES) a few times larger: a point alternative alone
@@ -116,13 +121,11 @@ class FlankCheck:
         n = self.n
         below = pos[(pos < c)]
         near_g = int(below.max()) if below.size else 0
-        sg, sb = (self._params[2], self._params[3]) if self._params is not None else (math.nan, math.nan)
         flanks = []
-        for side, lo, hi, fitted, weight in (("good", 0, near_g, sg, c - 1), ("bad", c, n - 1, sb, n - 1 - c)):
+        for side, lo, hi, weight in (("good", 0, near_g, c - 1), ("bad", c, n - 1, n - 1 - c)):
             if weight < 1:
                 continue
-            L, k, nl, nr = flank_ratio(pos, u, lo, hi, delta, FLANK_SD_FLOOR * fitted if fitted > 0 else 0.0,
-                                       FLANK_SD_MAX * delta)
+            L, k, nl, nr = flank_ratio(pos, u, lo, hi, delta, FLANK_SD_MAX * delta)
             if k < 0:
                 continue       # nothing to split, or too noisy for a second step to be told cheaply
             flanks.append((side, math.log(weight / (n - 2)) + L, k, nl, nr, lo, hi))
