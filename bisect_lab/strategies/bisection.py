@@ -280,6 +280,11 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Flank
             self._obs_pathi.append(t - 1)
             if position in (0, self.n - 1):
                 self._last_endpoint_t = t
+        # A probe the model check set at an earlier reading and no ask() took (a resume tells the
+        # stored trials without asking; several hosts may tell twice between asks) is stale: every
+        # update below that wants one sets it anew from the readings, so the same tells give the
+        # same next position whether or not ask() ran between them.
+        self._probe, self._probe_more = None, []
         if value is not None and self._burst_tell():
             pass                             # held out as a suspected burst: nothing to refit
         elif self._phase == "confirm":
