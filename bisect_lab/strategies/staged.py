@@ -130,6 +130,7 @@ class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffe
         self._ended: list[int] = []           # trials so far when each stage's verdict was taken
         self._final: AttributionVerdict | None = None
         self._residual_unsettled: str | None = None   # the residual check could not tell: what it saw
+        self._unconfirmed: set[str] = set()   # culprits of a stage that handed over unconfirmed
         self._ref_init()
         self._start(frozenset())
 
@@ -548,6 +549,9 @@ class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffe
         named = [v for v, n in zip(verdicts, stage_named) if n]
         culprits = sorted({c for n in stage_named for c in n})
         handed_over = [k for k, (v, n) in enumerate(zip(verdicts, stage_named)) if n and v.status != "culprits"]
+        # named without a confirmation step of their own: the answer's last rule asks their own
+        # effect to show (staged_small.py)
+        self._unconfirmed = {c for k in handed_over for c in stage_named[k]}
         for k in handed_over:
             who = ", ".join(stage_named[k])
             if k + 1 < len(verdicts):
