@@ -142,6 +142,10 @@ ROBUST_SCENARIOS = [
              (0.25, 0.15, 0.0), kind="story", cv=0.05, burst_rate=0.02, burst_len=6),
     Scenario("tiny10", "ten factors of 0.3% each (3% in all), CV 1%", (20,), (0.003,) * 10, kind="tiny",
              cv=0.01, null_like=True, note="no culprit worth min_effect: naming one is false"),
+    # added 2026-12-06: the eager path's worst noise with nothing to find (a false regression from
+    # a heavy tail must not end in a named no-op)
+    Scenario("t3none14", "no regression, Student-t(3) noise, CV 14%", (10,), (), noise="t3", cv=0.14,
+             null_like=True),
 ]
 
 # --extra: scenarios chosen after tuning, to check the figures on cases the method was not tuned

@@ -121,7 +121,7 @@ class HostWorker:
         campaign, index, arm = att.campaign, att.index, att.spec.arm
         extra = dict(extra)
         # Fresh and empty for every attempt: a resume after kill -9 reuses the killed trial's index.
-        out_dir = self.trees.trial_out_dir(campaign, index)
+        out_dir = self.trees.trial_out_dir(campaign, index, att.session)
         command = shell_substitute(self.exp.benchmark.command, {**(values or {}), "tree": tree.path, "out": out_dir})
         from .envcheck import EnvSampler
         sampler = EnvSampler(self.host, self.expected_env(arm))

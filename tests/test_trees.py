@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import posixpath
 import subprocess
 import sys
@@ -396,6 +397,15 @@ def test_trial_out_dirs_are_fresh_and_bounded(tmp_path, world, remote):
     assert sorted(p.name for p in out.iterdir()) == ["cur", "newer", "old3", "old4"]
     info = cache_info(host, sizes=True)
     assert {o.campaign: o.trials for o in info.outputs} == {"cur": 2, "newer": 1, "old3": 1, "old4": 1}
+    # a serving session's readings: in the session's folder. Two Slurm jobs sharing a cache root
+    # each number their session's readings from 0: one's reading 0 must not empty the other's
+    s1 = tm.trial_out_dir("cur", 0, "s1")
+    assert s1 == str(out / "cur" / "session-s1" / "0")
+    Path(s1, "res.jsonl").write_text('{"output_throughput": 2.0}\n')
+    s2 = tm.trial_out_dir("cur", 0, "s2")
+    assert s2 != s1 and Path(s1, "res.jsonl").exists() and list(Path(s2).iterdir()) == []
+    shutil.rmtree(Path(s1).parent)
+    shutil.rmtree(Path(s2).parent)
     assert info.out_bytes >= 2000 and info.to_dict()["outputs"][0]["campaign"] == "old3"
     removed = prune_cache(host, keep_out_campaigns=2)
     assert list(removed) == [] and [o.campaign for o in removed.outputs] == ["old3", "old4"]

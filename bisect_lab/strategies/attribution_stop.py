@@ -19,8 +19,12 @@ OUTLYING = 0.6
 # either answer of the gate within the whole budget (per arm, at the noise and difference seen so
 # far) stops `inconclusive` at once. With the H200's 14% heavy-tailed noise on both arms and no
 # regression, "no regression" needs about 270 readings per arm: two runs in three spent the whole
-# 400-trial budget (mean 302) to end there anyway.
-FUTILITY_MIN_REFS = 10
+# 400-trial budget (mean 302) to end there anyway. Not before 20 readings each: the difference
+# seen is the estimate the judgement rests on, and at 10 readings a side with Student-t noise at CV
+# 14% its standard error is about 6%, so a real 10% culprit read near 0 and was given up at 22-34
+# trials in 6 of 100 runs (benchmarks/simulate_attribution.py --robust --only t3h: 87% right at
+# 10, 95% at 20, for 8 more trials; no other cell of the benchmark moves).
+FUTILITY_MIN_REFS = 20
 # ... when each arm would need more than the whole budget to reach the nearer answer from the
 # estimate so far, and the noise is extreme: settling *any* difference against the gate's margin
 # and min_effect would take more than this many budgets per arm (at CV 3% it takes about 150, so

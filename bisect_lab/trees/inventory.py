@@ -38,9 +38,14 @@ class CacheBounds(HostGit):
     _out_pruned: set[str]
 
     # ------------------------------------------------------------------ per-trial {out} folders
-    def trial_out_dir(self, campaign: str, index: int) -> str:
+    def trial_out_dir(self, campaign: str, index: int, session: str | None = None) -> str:
         """A fresh, empty ``{out}`` folder for one attempt of trial ``index`` (``out/<campaign>/<index>``
-        under the host's cache root), made by one host command.
+        under the host's cache root; a reading of serving session ``session``:
+        ``out/<campaign>/session-<session>/<index>``), made by one host command.
+
+        A session's readings go into its own folder because a Slurm job numbers the readings of
+        its session from 0 (the driver renumbers them): two jobs whose cache root is one shared
+        filesystem would otherwise empty each other's ``out/<campaign>/0`` mid-reading.
 
         Whatever an earlier attempt left there goes first: after ``kill -9`` a resume gives the
         next trial the unfinished trial's index, and a partial result file from the killed attempt
@@ -49,7 +54,7 @@ class CacheBounds(HostGit):
         always kept) are removed as well.
         """
         root = posixpath.join(self.host.cache_root(), "out")
-        path = posixpath.join(root, campaign, str(int(index)))
+        path = posixpath.join(root, campaign, *([f"session-{session}"] if session else []), str(int(index)))
         keep = self.keep_out_campaigns if campaign not in self._out_pruned and self.keep_out_campaigns else 0
         if self.host.is_local:
             pruned = _fresh_out_local(root, path, max(0, keep), campaign)     # no process on the hot path

@@ -9,6 +9,7 @@ per-launch offset (``TOY_OFFSETS="0,40"``: launch k gets offset k mod n, counted
 launch finds its port taken: a real EADDRINUSE). ``TOY_DIE_AFTER=N``: exits after N generate
 requests, as a crashed server does.
 """
+import fcntl
 import json
 import os
 import random
@@ -26,8 +27,15 @@ die_after = int(os.environ.get("TOY_DIE_AFTER", "0"))
 
 os.makedirs(state, exist_ok=True)
 counter = os.path.join(state, "launches")
-launch = int(open(counter).read()) if os.path.exists(counter) else 0
-open(counter, "w").write(str(launch + 1))
+# Two servers start at once under a fleet (two Slurm jobs on one box): count under a lock, else
+# one reads the file the other has just truncated.
+with open(counter, "a+") as fh:
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    fh.seek(0)
+    launch = int(fh.read() or 0)
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(launch + 1))
 offsets = [float(x) for x in os.environ.get("TOY_OFFSETS", "0").split(",")]
 offset = offsets[launch % len(offsets)]
 
