@@ -54,13 +54,15 @@ class ModelCheck:
             keep[:m] = self._omega[:m] >= 0.5
         return keep
 
-    def _fit_data(self) -> tuple[np.ndarray, np.ndarray]:
-        """(positions, drift-corrected u) of the kept readings after the confirm step."""
+    def _fit_data(self, *, after_confirm: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, drift-corrected u) of the kept readings, by default only those after the
+        confirm step (the flank test takes the confirm step's too)."""
         pos, u, t = self._arrays()
         beta = self._params[4] if self._params is not None else 0.0
         u = u - beta * (t - t.mean())
         keep = self._kept()
-        keep[: self._confirm_obs] = False
+        if after_confirm:
+            keep[: self._confirm_obs] = False
         return pos[keep], u[keep]
 
     def _alternative_is_real(self, f, alt: str, t_min: float = 0.0) -> bool:
@@ -129,8 +131,13 @@ class ModelCheck:
         return _models.fit_models(pos, u, anchor=a)
 
     def _can_probe(self) -> bool:
-        return (not self._no_more and self._extra - self._flank_extra < MODEL_EXTRA
+        return (not self._no_more and self._models_spent < MODEL_EXTRA
                 and len(self._path) < self.max_trials - 1)
+
+    @property
+    def _models_spent(self) -> int:
+        """Readings spent telling the models apart (the flank test's are counted apart)."""
+        return self._extra - self._flank_extra
 
     def _update_models(self) -> None:
         pos, u = self._fit_data()
@@ -156,7 +163,7 @@ class ModelCheck:
         pick counts as read once more, so a second one may be elsewhere or a repeat)."""
         if not self._can_probe():
             return False
-        k = min(PROBE_BATCH if self.parallel > 1 else 1, MODEL_EXTRA - self._extra + self._flank_extra,
+        k = min(PROBE_BATCH if self.parallel > 1 else 1, MODEL_EXTRA - self._models_spent,
                 self.max_trials - 1 - len(self._path))
         probes = self._disagreement(f, m1, m2, pos, k=max(k, 1))
         if not probes:

@@ -104,19 +104,11 @@ def flank_ratio(pos: np.ndarray, u: np.ndarray, lo: int, hi: int, delta: float,
 class FlankCheck:
     """The flank test as a mixin of ``bisection.BisectionStrategy`` (reads and sets its state)."""
 
-    def _flank_data(self) -> tuple[np.ndarray, np.ndarray]:
-        """(positions, drift-corrected u) of the readings the noise model keeps."""
-        pos, u, t = self._arrays()
-        beta = self._params[4] if self._params is not None else 0.0
-        u = u - beta * (t - t.mean())
-        keep = self._kept()
-        return pos[keep], u[keep]
-
     def _flank_check(self) -> str:
         """'one' (no second step: the culprit stands), 'probe' (undecided: ``_probe`` is read
         next) or 'rejected' (a second step on one flank: phase 'models', or finished)."""
         c = int(np.argmax(self._post))
-        pos, u = self._flank_data()
+        pos, u = self._fit_data(after_confirm=False)   # every kept reading, the confirm step's too
         delta = FLANK_DELTA * self._d_min
         n = self.n
         below = pos[(pos < c)]
