@@ -174,7 +174,7 @@ class ServerSession:
             try:
                 tree, env, extra = w.setup(att)
                 gpu_before = w.gpu_idle(att, extra)
-                sdir = posixpath.join(host.cache_root(), "out", self.campaign, f"session-{self.name}")
+                sdir = w.trees.session_out_dir(self.campaign, self.name)
                 _fresh_folder(host, sdir)
                 log_path = posixpath.join(sdir, "server.log")
                 rec = replace(rec, log_path=log_path)

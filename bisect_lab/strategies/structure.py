@@ -245,7 +245,7 @@ def choose(culprits, actives, y, *, min_effect: float = 0.02) -> tuple[Fit | Non
     # each member alone: 7 of 200 toy runs before, 1 since)
     extra = len(additive.groups) - len(best.groups)
     if (best.bic < additive.bic or (extra > 0 and best.bic <= additive.bic + BIC_MARGIN * extra)
-            or (extra > 0 and not _distinct(best, additive, arms, 2 * tol))
+            or (extra > 0 and not _distinct(best, additive, arms, math.log1p(min_effect)))
             or _own_effects_immaterial(additive, min_effect)):
         return best, additive
     return additive, additive

@@ -15,6 +15,7 @@ Layout under ``host.cache_root()``::
     repos/<repo-id>/trees/<key>.build.json   build marker (per tree hash)
     repos/<repo-id>/patches/<sha256>     patch files copied to a remote host (content-addressed)
     out/<campaign>/<trial>/              the per-trial {out} folders (fresh for every attempt)
+    out/<campaign>/session-<name>/       a serving session: server.log and its readings' {out} folders
 
 The key of a tree is a hash of the base commit and the ordered patch *contents* (sha256 of each
 patch file), so renaming a patch reuses its tree, and editing one makes a new tree.

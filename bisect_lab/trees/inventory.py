@@ -38,6 +38,11 @@ class CacheBounds(HostGit):
     _out_pruned: set[str]
 
     # ------------------------------------------------------------------ per-trial {out} folders
+    def session_out_dir(self, campaign: str, session: str) -> str:
+        """A serving session's folder, ``out/<campaign>/session-<session>`` under the host's cache
+        root: its ``server.log`` and its readings' ``{out}`` folders."""
+        return posixpath.join(self.host.cache_root(), "out", campaign, f"session-{session}")
+
     def trial_out_dir(self, campaign: str, index: int, session: str | None = None) -> str:
         """A fresh, empty ``{out}`` folder for one attempt of trial ``index`` (``out/<campaign>/<index>``
         under the host's cache root; a reading of serving session ``session``:
@@ -54,7 +59,8 @@ class CacheBounds(HostGit):
         always kept) are removed as well.
         """
         root = posixpath.join(self.host.cache_root(), "out")
-        path = posixpath.join(root, campaign, *([f"session-{session}"] if session else []), str(int(index)))
+        folder = self.session_out_dir(campaign, session) if session else posixpath.join(root, campaign)
+        path = posixpath.join(folder, str(int(index)))
         keep = self.keep_out_campaigns if campaign not in self._out_pruned and self.keep_out_campaigns else 0
         if self.host.is_local:
             pruned = _fresh_out_local(root, path, max(0, keep), campaign)     # no process on the hot path
