@@ -404,6 +404,11 @@ def test_trial_out_dirs_are_fresh_and_bounded(tmp_path, world, remote):
     Path(s1, "res.jsonl").write_text('{"output_throughput": 2.0}\n')
     s2 = tm.trial_out_dir("cur", 0, "s2")
     assert s2 != s1 and Path(s1, "res.jsonl").exists() and list(Path(s2).iterdir()) == []
+    Path(tm.trial_out_dir("cur", 1, "s1")).mkdir(parents=True, exist_ok=True)
+    Path(s1).parent.joinpath("server.log").write_text("ready\n")
+    # the cache listing counts a session's readings as trials, not its folder as one
+    cur = next(o for o in cache_info(host).outputs if o.campaign == "cur")
+    assert (cur.trials, cur.sessions) == (2 + 3, 2), cur
     shutil.rmtree(Path(s1).parent)
     shutil.rmtree(Path(s2).parent)
     assert info.out_bytes >= 2000 and info.to_dict()["outputs"][0]["campaign"] == "old3"

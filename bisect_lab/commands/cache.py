@@ -78,9 +78,11 @@ def show(ctx: Context) -> int:
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(used)) if isinstance(used, (int, float)) else "-")
     console().print(t)
     outs = info.get("outputs", [])
+    sessions = sum(o.get("sessions", 0) for o in outs)
+    in_sessions = f" ({sessions} serving session(s) among them)" if sessions else ""
     print(f"{len(info.get('repos', []))} repositories, {len(info.get('trees', []))} trees "
           f"({_size(info.get('total_bytes', 0) - info.get('out_bytes', 0))}), {{out}} folders of {len(outs)} "
-          f"campaign(s) ({sum(o['trials'] for o in outs)} trials, {_size(info.get('out_bytes'))}), "
+          f"campaign(s) ({sum(o['trials'] for o in outs)} trials{in_sessions}, {_size(info.get('out_bytes'))}), "
           f"{_size(info.get('total_bytes'))} in all")
     return EXIT_OK
 

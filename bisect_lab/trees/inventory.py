@@ -162,8 +162,19 @@ def _scan_local(root, out_root=None):
             try:
                 if not os.path.isdir(p) or os.path.islink(p):
                     continue
-                n = sum(1 for e in os.scandir(p) if e.is_dir(follow_symlinks=False))
-                out["outputs"].append({"campaign": name, "path": p, "trials": n, "last_used": os.stat(p).st_mtime})
+                # a serving session's folder holds its readings' folders (and server.log): each
+                # reading is a trial's {out}, the session folder itself is not
+                n = sessions = 0
+                for e in os.scandir(p):
+                    if not e.is_dir(follow_symlinks=False):
+                        continue
+                    if e.name.startswith("session-"):
+                        sessions += 1
+                        n += sum(1 for r in os.scandir(e.path) if r.is_dir(follow_symlinks=False))
+                    else:
+                        n += 1
+                out["outputs"].append({"campaign": name, "path": p, "trials": n, "sessions": sessions,
+                                       "last_used": os.stat(p).st_mtime})
             except OSError:
                 continue
     if not os.path.isdir(root):
@@ -275,7 +286,7 @@ def cache_info(host: "Host | str | os.PathLike", *, sizes: bool = False) -> Cach
 
 def _outputs_of(data: dict) -> list[OutEntry]:
     outs = [OutEntry(campaign=o["campaign"], path=o["path"], trials=o["trials"], last_used=o["last_used"],
-                     size_bytes=None) for o in data.get("outputs", [])]
+                     size_bytes=None, sessions=o.get("sessions", 0)) for o in data.get("outputs", [])]
     return sorted(outs, key=lambda o: o.last_used)
 
 

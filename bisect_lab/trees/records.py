@@ -85,13 +85,15 @@ class RepoEntry:
 
 @dataclass(frozen=True)
 class OutEntry:
-    """The per-trial ``{out}`` folders of one campaign on a host (``out/<campaign>/<trial>``)."""
+    """The per-trial ``{out}`` folders of one campaign on a host (``out/<campaign>/<trial>``, a
+    serving session's readings in ``out/<campaign>/session-<name>/<reading>``)."""
 
     campaign: str
     path: str
-    trials: int             # trial folders in it
+    trials: int             # trial folders in it, a session's readings counted one by one
     last_used: float        # unix time (folder mtime: a new trial folder bumps it)
     size_bytes: int | None  # None when not measured
+    sessions: int = 0       # serving sessions' folders among them
 
     def to_dict(self) -> dict:
         return asdict(self)
