@@ -61,19 +61,26 @@ def test_the_first_batch_gives_every_host_good_and_bad_and_later_batches_are_not
     assert len(second) == 4 and len(set(second)) > 1
 
 
-def test_a_batch_is_chosen_by_joint_information():
+def _second_slot(effect: float, cv: float, seed: int):
+    """After three good and three bad readings (culprit f1 costing ``effect`` at noise ``cv``):
+    the candidates, each one's information alone, the best one, and each one's information once
+    the best is in the batch."""
     s = StagedAttribution(NAMES, seed=5, max_trials=200)
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     for _ in range(3):
         for arm in (frozenset(), frozenset(NAMES)):
-            s.tell(arm, 1000.0 * (0.9 if "f1" in arm else 1.0) * math.exp(rng.normal(0, 0.02)))
+            s.tell(arm, 1000.0 * (1 - effect if "f1" in arm else 1.0) * math.exp(rng.normal(0, cv)))
     stage = s.stages[0][1]
     stage.ask()
     post = stage.posterior
     cand = stage._candidates(post)
     single = post.expected_information(cand)
     best = int(np.argmax(single))
-    after = conditional_information(post, cand, [cand[best]], np.random.default_rng(0))
+    return cand, single, best, conditional_information(post, cand, [cand[best]], np.random.default_rng(0))
+
+
+def test_a_batch_is_chosen_by_joint_information():
+    cand, single, best, after = _second_slot(0.10, 0.02, 2)
     # once the best arm is in the batch, a copy of it adds far less than some other arm does
     assert after[best] < 0.5 * single[best]
     assert int(np.argmax(after)) != best
@@ -85,18 +92,7 @@ def test_when_one_reading_decides_little_a_batch_keeps_the_informative_arms():
     # the test above, where a copy adds next to nothing). Read as if the first outcome were exact,
     # a copy was worth 5% of it here, the slots went to weaker arms, and 4 hosts took 1.32-1.36x
     # one host's trials on such a search (docs/fleet.md).
-    s = StagedAttribution(NAMES, seed=5, max_trials=200)
-    rng = np.random.default_rng(3)
-    for _ in range(3):
-        for arm in (frozenset(), frozenset(NAMES)):
-            s.tell(arm, 1000.0 * (0.95 if "f1" in arm else 1.0) * math.exp(rng.normal(0, 0.03)))
-    stage = s.stages[0][1]
-    stage.ask()
-    post = stage.posterior
-    cand = stage._candidates(post)
-    single = post.expected_information(cand)
-    best = int(np.argmax(single))
-    after = conditional_information(post, cand, [cand[best]], np.random.default_rng(0))
+    cand, single, best, after = _second_slot(0.05, 0.03, 3)
     assert after[best] > 0.25 * single[best], (after[best], single[best])
     others = np.delete(np.arange(len(cand)), best)
     assert after[others].max() > 0.7 * single[others].max()
