@@ -60,8 +60,9 @@ RESIDUAL_MAX = 20
 #   one-sided z (1.64: 95%; at 0.84 a 5% third culprit beside a named pair was missed in a third of
 #   runs). At twice min_effect, 12 readings at most and a stop after three readings whose medians
 #   were within min_effect, a 4% third culprit (10/6/4% at CV 3%) was missed in 35-40% of runs;
-#   at 1.5x, 20 readings and that stop kept only for a hinted lone culprit: 6% (100 seeds), for
-#   +6 to +9 trials where a pair is named and nothing is left (benchmarks/simulate_attribution.py).
+#   at 1.5x, 20 readings and that stop kept only for a hinted lone culprit at a noise the check
+#   cannot settle: 6% (100 seeds), for +6 to +9 trials where a pair is named and nothing is left
+#   (benchmarks/simulate_attribution.py).
 RESIDUAL_Z = 1.64
 RESIDUAL_RULE_OUT = 1.5
 DECOMPOSE_REPEATS = 2     # "good plus one culprit" measurements that let the joint re-fit tell pairs apart
@@ -353,15 +354,17 @@ class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffe
         g = self._values(named, since=self._ended[-1])
         b = self._values(bad, since=self._ended[-1] if hinted else 0)
         short = len(g) < RESIDUAL_REPEATS or len(b) < RESIDUAL_REPEATS
-        if not short and hinted and not self._material(g, b):
-            # A lone culprit's hint was not borne out by fresh readings (medians close): stop here,
-            # as a lone large culprit must stay cheap (hints come by chance in a few percent of its
-            # runs). At high noise three readings each cannot rule out a further culprit: say so
-            # (no more readings, so no trial count moves) rather than let the answer read as
-            # "nothing left" (at CV 15%, a 7% second culprit had been passed over silently in 9 of
-            # 10 seeds). After several named factors the sequential rule below decides instead:
-            # three readings' medians within min_effect had let a 4% third culprit go in a third
-            # of runs.
+        if not short and hinted and not self._material(g, b) and not self._residual_settles():
+            # A lone culprit's hint was not borne out by fresh readings (medians close) at a noise
+            # where even RESIDUAL_MAX readings a side could not rule a further culprit out: stop
+            # here and say so (no more readings, so no trial count moves) rather than let the
+            # answer read as "nothing left" (at CV 15%, a 7% second culprit had been passed over
+            # silently in 9 of 10 seeds). Where the check can settle, the sequential rule below
+            # decides, as after several named factors: the medians of three readings a side had
+            # let a real 4-5% second culprit go at CV 3% in about a fifth of its hinted runs (20%
+            # + 5% named in full 43 -> 52% of seeds 0-99, 44 -> 49% of 100-199; 12% + 4% 50 ->
+            # 54%, 51 -> 59%; a lone 25% culprit 7.5 -> 7.8 trials at N = 10, where a hint came
+            # by chance), and a 4% third culprit in a third of runs.
             self._note_unruled_residual(named, g, b)
             return self._finish()
         if short:
@@ -499,6 +502,13 @@ class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffe
     def _contrast(self, obs) -> np.ndarray | None:
         """The whole regression's contrast over ``obs``: bad readings minus good readings."""
         return reference_contrast([o.active for o in obs], frozenset(), frozenset(self.factors))
+
+    def _residual_settles(self) -> bool:
+        """Could RESIDUAL_MAX readings a side rule out a residual of RESIDUAL_RULE_OUT x min_effect
+        at the campaign's noise (a residual of zero read exactly)?"""
+        noise = self._noise()
+        return (RESIDUAL_Z * noise * math.sqrt(2 / RESIDUAL_MAX)
+                <= RESIDUAL_RULE_OUT * -math.log1p(-self.min_effect))
 
     def _material(self, g: list[float], b: list[float]) -> bool:
         """Is "good plus culprits" better than "bad" by more than the minimum effect (medians)?"""
