@@ -136,11 +136,16 @@ class Fit:
         return float(x @ self.beta), float(math.sqrt(max(float(x @ self.cov @ x), 0.0)))
 
 
-def fit(groups: tuple[Group, ...], actives, y) -> Fit | None:
+def fit(groups: tuple[Group, ...], actives, y, weights=None) -> Fit | None:
     """Least squares of ``y`` (log readings) on one column per group; None when the arms cannot
-    estimate every group (rank) or leave fewer than three residual degrees of freedom."""
+    estimate every group (rank) or leave fewer than three residual degrees of freedom. With
+    ``weights`` (one per reading, inverse variances): weighted least squares, its BIC comparable
+    only between fits with the same weights."""
     y = np.asarray(y, dtype=float)
     D = np.array([[1.0] + [indicator(g, a) for g in groups] for a in actives])
+    if weights is not None:
+        sw = np.sqrt(np.asarray(weights, dtype=float))
+        D, y = D * sw[:, None], y * sw
     n, p = D.shape
     if n < p + 3 or np.linalg.matrix_rank(D) < p:
         return None
@@ -262,17 +267,79 @@ def required_partners(chosen: Fit, culprits, others, actives, y, *, min_effect: 
         return out
     arms = set(map(frozenset, actives))
     tol = math.log1p(min_effect)
+    # at unequal noise each reading counts at its arm's own: under one pooled variance a few
+    # right-tail readings of the eager path's arms had made some unnamed factor a "partner"
+    w = arm_weights(chosen, actives, y, tol)
+    ref = chosen if w is None else fit(chosen.groups, actives, y, w)
+    if ref is None:
+        return out
     best = None
     for c in sorted(culprits):
         for f in sorted(others):
             groups = tuple(tuple(tuple(sorted(cl + (f,))) if c in cl else cl for cl in g) for g in chosen.groups)
-            alt = fit(groups, actives, y)
-            if (alt is not None and chosen.bic - alt.bic >= PARTNER_BIC and _distinct(alt, chosen, arms, tol)
+            alt = fit(groups, actives, y, w)
+            if (alt is not None and ref.bic - alt.bic >= PARTNER_BIC and _distinct(alt, ref, arms, tol)
                     and (best is None or alt.bic < best[0])):
                 best = (alt.bic, f, c)
     # one at a time (the best): a second must then improve on the structure with the first
     if best is not None:
         out[best[1]] = best[2]
+    return out
+
+
+# The readings at the good level and those away from it are weighed each at their own noise only
+# when their within-arm scatters differ this plainly (F test, two-sided): otherwise one pooled
+# variance, as before
+LEVEL_NOISE_P = 0.01
+# Prior degrees of freedom of an arm's level noise when its own scatter is shrunk toward it (on the
+# log-variance scale)
+ARM_PRIOR_DF = 2.0
+
+
+def arm_weights(chosen: Fit, actives, y, tol: float) -> np.ndarray | None:
+    """Inverse-variance weights per reading when the arms the answer ``chosen`` places at the good
+    level (within half ``tol`` of its intercept) and the others scatter with plainly different
+    within-arm variances (LEVEL_NOISE_P; the H200's eager path: 0.5% against 14% with a right
+    tail); None otherwise, or with under two degrees of freedom on either side.
+
+    Each arm's variance is its own scatter shrunk toward its side's pooled one (ARM_PRIOR_DF, on
+    the log scale); an arm read once takes its side's. Its own scatter is what tells a gate's arms
+    (read at the good level with the good level's 0.5% scatter) from a slow arm whose few readings
+    came out of the right tail: weighed by the side the answer puts them on, the gate's readings
+    counted at the slow side's noise and the gate was lost."""
+    from scipy import stats as st
+    y = np.asarray(y, dtype=float)
+    keys = [frozenset(a) for a in actives]
+    by: dict[frozenset, list[int]] = {}
+    for i, k in enumerate(keys):
+        by.setdefault(k, []).append(i)
+    good_arm = {k: abs(chosen.predict(k)[0] - float(chosen.beta[0])) < tol / 2 for k in by}
+    ss = {True: 0.0, False: 0.0}
+    df = {True: 0, False: 0}
+    for k, idx in by.items():
+        if len(idx) >= 2:
+            v = y[idx]
+            ss[good_arm[k]] += float(((v - v.mean()) ** 2).sum())
+            df[good_arm[k]] += len(idx) - 1
+    if df[True] < 2 or df[False] < 2:
+        return None
+    vg, va = max(ss[True] / df[True], 1e-12), max(ss[False] / df[False], 1e-12)
+    ratio = va / vg
+    p = 2 * min(float(st.f.sf(ratio, df[False], df[True])), float(st.f.cdf(ratio, df[False], df[True])))
+    if p >= LEVEL_NOISE_P:
+        return None
+    k0 = ARM_PRIOR_DF
+    out = np.empty(len(y))
+    for k, idx in by.items():
+        vc = vg if good_arm[k] else va
+        if len(idx) >= 2:
+            v = y[idx]
+            s2 = max(float(v.var(ddof=1)), 1e-12)
+            d = len(idx) - 1
+            var = math.exp((d * math.log(s2) + k0 * math.log(vc)) / (d + k0))
+        else:
+            var = vc
+        out[idx] = 1 / var
     return out
 
 
