@@ -309,18 +309,17 @@ def arm_weights(chosen: Fit, actives, y, tol: float) -> np.ndarray | None:
     counted at the slow side's noise and the gate was lost."""
     from scipy import stats as st
     y = np.asarray(y, dtype=float)
-    keys = [frozenset(a) for a in actives]
     by: dict[frozenset, list[int]] = {}
-    for i, k in enumerate(keys):
-        by.setdefault(k, []).append(i)
+    for i, a in enumerate(actives):
+        by.setdefault(frozenset(a), []).append(i)
     good_arm = {k: abs(chosen.predict(k)[0] - float(chosen.beta[0])) < tol / 2 for k in by}
+    # each repeated arm's own scatter (degrees of freedom, variance), read once for both uses
+    spread = {k: (len(idx) - 1, float(y[idx].var(ddof=1))) for k, idx in by.items() if len(idx) >= 2}
     ss = {True: 0.0, False: 0.0}
     df = {True: 0, False: 0}
-    for k, idx in by.items():
-        if len(idx) >= 2:
-            v = y[idx]
-            ss[good_arm[k]] += float(((v - v.mean()) ** 2).sum())
-            df[good_arm[k]] += len(idx) - 1
+    for k, (d, s2) in spread.items():
+        ss[good_arm[k]] += d * s2
+        df[good_arm[k]] += d
     if df[True] < 2 or df[False] < 2:
         return None
     vg, va = max(ss[True] / df[True], 1e-12), max(ss[False] / df[False], 1e-12)
@@ -328,20 +327,14 @@ def arm_weights(chosen: Fit, actives, y, tol: float) -> np.ndarray | None:
     p = 2 * min(float(st.f.sf(ratio, df[False], df[True])), float(st.f.cdf(ratio, df[False], df[True])))
     if p >= LEVEL_NOISE_P:
         return None
-    k0 = ARM_PRIOR_DF
     out = np.empty(len(y))
     for k, idx in by.items():
         vc = vg if good_arm[k] else va
-        if len(idx) >= 2:
-            v = y[idx]
-            s2 = max(float(v.var(ddof=1)), 1e-12)
-            d = len(idx) - 1
-            var = math.exp((d * math.log(s2) + k0 * math.log(vc)) / (d + k0))
-        else:
-            var = vc
-        out[idx] = 1 / var
+        if k in spread:
+            d, s2 = spread[k]
+            vc = math.exp((d * math.log(max(s2, 1e-12)) + ARM_PRIOR_DF * math.log(vc)) / (d + ARM_PRIOR_DF))
+        out[idx] = 1 / vc
     return out
-
 
 def pure_error(actives, y, alpha: float = 0.05) -> float | None:
     """The pooled within-arm standard deviation, at its upper ``1 - alpha/2`` confidence bound (a
