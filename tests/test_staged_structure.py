@@ -246,3 +246,17 @@ def test_the_eager_paths_tail_is_not_read_as_a_partner(monkeypatch):
         names, measure, truth, _ = sa.seeded_measure("hetero", 20, rep)
         v = attribute_factors(names, measure, seed=rep, max_trials=400)
         assert v.culprits == truth, (rep, v.culprits, [w for w in v.warnings if "named with" in w])
+
+
+def test_a_reading_discounted_as_a_stall_stays_out_of_the_structure_fit(monkeypatch):
+    """One culprit 5% among 10, 3% of trials stalling 50% slower (seed 62): the stage discounted
+    trial 13 as a stall and said so ("left out of every decision"), but the structure fit still
+    read it, and the stall made its arm noisy enough that f09 became f02's "required partner".
+    The structure fit now reads what the stages kept, and the answer is f02 alone."""
+    import os
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import simulate_attribution as sa
+    names, measure, truth, _ = sa.seeded_measure("stall5c", 10, 62)
+    v = attribute_factors(names, measure, seed=62, max_trials=400)
+    assert any("discounted as stalls" in w for w in v.warnings), v.warnings
+    assert v.culprits == truth, (v.culprits, [w for w in v.warnings if "named with" in w])

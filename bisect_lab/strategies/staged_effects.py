@@ -31,6 +31,15 @@ class StructuredEffects:
 
     structure = True
 
+    def _kept_obs(self) -> list:
+        """The usable readings less those a stage discounted as stalls: its warning says they are
+        left out of every decision, and the structure fit had still read them (one stall made its
+        arm look noisy enough to name a false partner, stall5c seed 62)."""
+        gone: set[int] = set()
+        for _, stage in getattr(self, "stages", ()):
+            gone |= {stage._trial_number(o) - 1 for o in getattr(stage, "_discounted", ())}
+        return [o for o in self.observations if o.ok and self._seq[o.index] not in gone]
+
     def _joint(self, culprits: list[str]):
         """Effects and interactions of every named culprit, re-fitted together on all measurements.
 
@@ -118,7 +127,7 @@ class StructuredEffects:
             v = self._rescued(v) or v
         if not self.structure or v.status != "culprits" or not v.culprits:
             return v
-        obs = [o for o in self.observations if o.ok]
+        obs = self._kept_obs()
         actives = [o.active for o in obs]
         y = np.log([o.value for o in obs])
         culprits = sorted(v.culprits)
@@ -181,7 +190,7 @@ class StructuredEffects:
         top = sorted(f for f, p in v.candidates if p >= 0.5)
         if not 1 <= len(top) <= shapes.MAX_FACTORS:
             return None
-        obs = [o for o in self.observations if o.ok]
+        obs = self._kept_obs()
         actives = [o.active for o in obs]
         y = np.log([o.value for o in obs])
         top, chosen, _, _ = self._with_partners(top, actives, y)
