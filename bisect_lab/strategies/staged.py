@@ -612,7 +612,7 @@ class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffe
         if not effects and len(culprits) == 1:
             # one culprit from a stage that handed over before its own decomposition: its effect
             # on every measurement (a culprit is never reported without one)
-            obs = [o for o in self.observations if o.ok]
+            obs = self._kept_obs()
             col = np.array([1.0 if culprits[0] in o.active else 0.0 for o in obs])
             if 0 < col.sum() < len(col) - 1:
                 effects = loglinear_effects(np.log([o.value for o in obs]), [col], culprits, ["main"],

@@ -51,7 +51,7 @@ class StructuredEffects:
         whose members cause no material regression of their own (less than min_effect or a quarter
         of the joint term, or not significant) is reported as "and" (the regression appears only
         when both are bad)."""
-        obs = [o for o in self.observations if o.ok]
+        obs = self._kept_obs()
         k = len(culprits)
         if k < 2 or len(obs) < 3 * k + 4:
             return None
