@@ -14,8 +14,9 @@ A first stage that hands over (its soft limit, or its share of the budget) names
 is sure of at posterior 0.99 without their confirmation step, because the residual check after it
 ("good plus those" against "bad") looks at what is left. That check cannot see a culprit that is
 not one: when the regression itself was a heavy-tailed draw, "good plus f" reads like "bad" for
-any no-op f. So such a factor is named only when its own effect, estimated over every measurement,
-excludes no change (an interval that holds 1.0 is no evidence at all); otherwise it is a candidate,
+any no-op f. So such a factor is named only when its own effect, estimated over every measurement
+but those discounted as stalls, excludes no change (an interval that holds 1.0 is no evidence at
+all); otherwise it is a candidate,
 as issue #23 asks of a stage that ran out of budget (a no-op named with its effect at -0.5%, 95% CI
 -3.9% .. +3.0%, in 1 of 40 simulated null campaigns at Student-t CV 14%).
 
