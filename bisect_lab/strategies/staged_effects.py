@@ -25,9 +25,9 @@ def _pct(ratio: float) -> str:
 
 
 class StructuredEffects:
-    """Reads ``StagedAttribution`` state: ``observations``, ``factors``, ``alpha``, ``min_effect``,
-    ``higher_is_better``, ``_contrast``. ``structure = False``: the answer as it was before the
-    structure was chosen (the benchmark's side by side)."""
+    """Reads ``StagedAttribution`` state: ``observations``, ``stages``, ``_seq``, ``factors``,
+    ``alpha``, ``min_effect``, ``higher_is_better``, ``_contrast``. ``structure = False``: the
+    answer as it was before the structure was chosen (the benchmark's side by side)."""
 
     structure = True
 
@@ -36,8 +36,8 @@ class StructuredEffects:
         left out of every decision, and the structure fit had still read them (one stall made its
         arm look noisy enough to name a false partner, stall5c seed 62)."""
         gone: set[int] = set()
-        for _, stage in getattr(self, "stages", ()):
-            gone |= {stage._trial_number(o) - 1 for o in getattr(stage, "_discounted", ())}
+        for _, stage in self.stages:
+            gone |= {stage._trial_number(o) - 1 for o in stage._discounted}
         return [o for o in self.observations if o.ok and self._seq[o.index] not in gone]
 
     def _joint(self, culprits: list[str]):

@@ -336,6 +336,7 @@ def arm_weights(chosen: Fit, actives, y, tol: float) -> np.ndarray | None:
         out[idx] = 1 / vc
     return out
 
+
 def pure_error(actives, y, alpha: float = 0.05) -> float | None:
     """The pooled within-arm standard deviation, at its upper ``1 - alpha/2`` confidence bound (a
     few repeated arms under-read it: 1.7% for a true 3% on 25 readings); None with fewer than 3
