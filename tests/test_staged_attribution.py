@@ -7,6 +7,7 @@ import pytest
 
 from bisect_lab import attribute_factors
 from bisect_lab.strategies.staged import StagedAttribution
+from bisect_lab.strategies import staged
 
 FACTORS = ["mla", "nccl", "oea", "sm120", "env:OEA"]
 
@@ -431,6 +432,33 @@ def test_a_hinted_lone_culprit_reads_on_until_the_residual_is_settled():
     for seed in (2, 8):
         v = attribute_factors(names, _big_and_small(seed), seed=seed, max_trials=300)
         assert v.culprits == ["p2", "p5"], (seed, v.status, v.culprits, v.trials)
+
+
+def test_a_started_residual_check_runs_to_its_end():
+    """20% + 5% at CV 3%: the stage names the 20% culprit alone and its readings hint at a
+    residual. The check used to read the hint again after every fresh pair (the hint reads all of
+    the two arms' readings) and, in these seeds, stopped when one fresh pair read close: the 5%
+    culprit was lost. Once started, the check now decides by its own sequential rule."""
+    names = [f"p{k}" for k in range(6)]
+    for seed in (5, 53):
+        s = StagedAttribution(names, seed=seed, max_trials=300)
+        v = _run_to_end(s, _big_and_small(seed))
+        assert 0 in s._hinted, seed
+        assert v.culprits == ["p2", "p5"], (seed, v.status, v.culprits, v.trials)
+
+
+def test_a_chance_hint_that_fresh_readings_do_not_bear_out_ends_the_check():
+    """A lone 20% culprit whose confirmation readings hinted at a residual by chance: once three
+    fresh readings a side show "bad" no worse than "good plus p2", the check ends there instead of
+    reading on until a residual of 1.5 x min_effect is ruled out (a fourth reading a side here)."""
+    names = [f"p{k}" for k in range(6)]
+    bad = frozenset(names)
+    for seed in (47, 83, 99):
+        s = StagedAttribution(names, seed=seed, max_trials=300)
+        v = _run_to_end(s, _big_and_small(seed, small=1.0))
+        assert v.culprits == ["p2"] and 0 in s._hinted, (seed, v.culprits, s._hinted)
+        fresh = [o for o in s.observations[s._ended[0]:] if o.active == bad]
+        assert len(fresh) == staged.RESIDUAL_REPEATS, (seed, len(fresh))
 
 
 def test_cli_attribute_with_the_thorough_strategy(tmp_path):
