@@ -407,9 +407,9 @@ class StagedAttribution(ReferenceWatch, BurstGuard, StructuredEffects, SmallEffe
         unsure = not beyond and d + RESIDUAL_Z * se > RESIDUAL_RULE_OUT * self.min_effect
         if hinted and not self.thorough and unsure and d <= 0:
             # A hint that fresh readings do not bear out at all ("bad" no worse than "good plus C")
-            # ends the check: the hint came by chance in about one lone culprit's run in twenty, and
-            # ruling out 1.5 x min_effect there took up to 30 trials; a real 4-5% residual reads at
-            # or below zero after three readings a side in about 2-5% of runs.
+            # ends the check: the hint comes by chance in one lone culprit's run in ten to twenty,
+            # and ruling out 1.5 x min_effect there took up to 30 trials; a real 4-5% residual reads
+            # at or below zero after three readings a side in about 2-5% of runs.
             return self._finish()
         if unsure and min(len(g), len(b)) < RESIDUAL_MAX and self.max_trials - self.trials >= 2:
             # a hint of a residual: look closer before deciding, a pair per two free hosts
