@@ -7,7 +7,7 @@ import pytest
 
 from bisect_lab import attribute_factors
 from bisect_lab.strategies.staged import StagedAttribution
-from bisect_lab.strategies import staged
+from bisect_lab.strategies import staged_residual
 
 FACTORS = ["mla", "nccl", "oea", "sm120", "env:OEA"]
 
@@ -458,7 +458,7 @@ def test_a_chance_hint_that_fresh_readings_do_not_bear_out_ends_the_check():
         v = _run_to_end(s, _big_and_small(seed, small=1.0))
         assert v.culprits == ["p2"] and 0 in s._hinted, (seed, v.culprits, s._hinted)
         fresh = [o for o in s.observations[s._ended[0]:] if o.active == bad]
-        assert len(fresh) == staged.RESIDUAL_REPEATS, (seed, len(fresh))
+        assert len(fresh) == staged_residual.RESIDUAL_REPEATS, (seed, len(fresh))
 
 
 def test_cli_attribute_with_the_thorough_strategy(tmp_path):
