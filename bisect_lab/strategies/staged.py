@@ -61,7 +61,7 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
     every answer of one culprit is checked for a residual with fresh readings (by default only
     when the stage's own readings hint at one), and each stage also considers a culprit beside one
     four times stronger (``EXTENDED_RHO_GRID``). A 20% and a 5% culprit are then named in full in
-    93% of simulated runs instead of 41%, at about twice the trials for a lone large culprit
+    93% of simulated runs instead of about 60%, at about twice the trials for a lone large culprit
     (docs/attribution-history.md, "Seventh stop").
     """
 
@@ -295,7 +295,6 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
         named = base | frozenset(stage_named)
         if named == frozenset(self.factors):
             return self._finish()
-        bad = frozenset(self.factors)
         if self.max_trials - self.trials <= 0:
             self._residual_unsettled = (f"the budget ran out before the residual check ('good plus "
                                         f"{', '.join(sorted(named))}' against 'bad'): a further culprit "

@@ -48,6 +48,7 @@ def _winsorized(values: list[float]) -> np.ndarray:
     clipped = stats.winsorize(logs)
     return np.asarray(values, dtype=float) if clipped is logs else np.exp(clipped)
 
+
 class ResidualCheck:
     """Mixin: the residual check that follows each stage (see the module docstring)."""
 
