@@ -295,12 +295,6 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
         named = base | frozenset(stage_named)
         if named == frozenset(self.factors):
             return self._finish()
-        if self.max_trials - self.trials <= 0:
-            self._residual_unsettled = (f"the budget ran out before the residual check ('good plus "
-                                        f"{', '.join(sorted(named))}' against 'bad'): a further culprit "
-                                        "cannot be ruled out")
-            self.notes.append(self._residual_unsettled)
-            return self._finish()
         return self._residual_check(v, base, stage_named, named)
 
     def _finish(self) -> list[frozenset[str]]:

@@ -61,6 +61,12 @@ class ResidualCheck:
         """After a stage that named ``stage_named`` (``named`` with the earlier stages' culprits):
         the arms to measure next, a new stage, or the answer (``[]`` once a new stage started)."""
         bad = frozenset(self.factors)
+        if self.max_trials - self.trials <= 0:
+            self._residual_unsettled = (f"the budget ran out before the residual check ('good plus "
+                                        f"{', '.join(sorted(named))}' against 'bad'): a further culprit "
+                                        "cannot be ruled out")
+            self.notes.append(self._residual_unsettled)
+            return self._finish()
         # A stage that named several factors, or that handed over unconfirmed, may have named part
         # of a pattern (one member of a pair beside a bigger culprit): look properly before clearing.
         # One confirmed culprit is looked at further only on a hint of a residual in what the stage
