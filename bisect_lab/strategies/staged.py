@@ -245,7 +245,24 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
         post = stage.posterior
         # before the soft limit only when no one-stage hypothesis fits what was measured
         return (post is not None and float(post.factor_marginals().max()) >= SURE
-                and (stage.trials >= self._soft_limit or stage_misfits(stage)))
+                and (stage.trials >= self._soft_limit or stage_misfits(stage))
+                and self._sure_now(stage))
+
+    def _sure_now(self, stage: AttributionStrategy) -> bool:
+        """The hand-over's test again on every reading told, as the stage's verdict will read them.
+
+        The stage's posterior and gate are those of its last ask, a batch behind. A 3-way AND had
+        handed over at 0.993 on that posterior while the verdict, with one reading more, put the
+        factor at 0.988: the stage then named nothing, took the rest of the budget with no way to
+        hand over again, and ran to 400 trials.
+        """
+        obs, y, _ = stage._log_values()
+        if len({o.active for o in obs}) < 2:
+            return False
+        gate = stage._gate(obs, y)
+        if self.robust and (gate is None or gate.decision != "regression"):
+            return False
+        return float(stage._posterior(obs, y).factor_marginals().max()) >= SURE
 
     def _named(self, v: AttributionVerdict, stage: int | None = None) -> list[str]:
         """What a stage names: its confirmed culprits; the first stage, when it ran out of budget,
