@@ -759,7 +759,6 @@ def test_a_first_stage_that_hands_over_names_what_it_was_sure_of(monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     import simulate_attribution as sa
     monkeypatch.setattr(attribution_fit, "MISFIT_P", 1e-3)
-    monkeypatch.setattr(attribution_fit, "MISFIT_P_ALIKE", 1e-3, raising=False)
     names, measure, truth, _ = sa.seeded_measure("and3", 10, 63)
     s = StagedAttribution(names, seed=63, max_trials=400)
     handed = []
