@@ -79,7 +79,10 @@ def genie_run(task) -> tuple:
         off = machine.start(arm)
         return float(np.exp(np.mean([math.log(machine.read(arm, off)) for _ in range(m)])))
 
+    told: list[tuple[frozenset, float]] = []       # every session, for seeding stage 2
+
     def rounds(stage, arms, base, done) -> object:
+        """Random-order rounds of ``arms`` (inside ``base``) until ``done(stage)`` is not None."""
         t, out = 0, None
         while out is None and t < CAP:
             for k in order.permutation(len(arms)):
@@ -91,7 +94,6 @@ def genie_run(task) -> tuple:
                     break
         return out
 
-    told: list[tuple[frozenset, float]] = []
     bad, culprit = frozenset(S.FACTORS), frozenset({S.CULPRIT})
     stage1 = AttributionStrategy(S.FACTORS, seed=rep, max_trials=10 * CAP)
     arms1 = [frozenset(), bad, bad - culprit, culprit, culprit | S.PAIR] + [culprit | {p} for p in sorted(S.PAIR)]
