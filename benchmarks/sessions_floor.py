@@ -50,19 +50,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import simulate_sessions as S  # noqa: E402
 from bisect_lab.strategies.attribution import AttributionStrategy  # noqa: E402
 from bisect_lab.strategies.attribution_fit import stage_misfits  # noqa: E402
+from bisect_lab.strategies.staged import SURE  # noqa: E402  (the hand-over's posterior)
 
 M_GRID = (1, 2, 3, 4, 6, 8, 11, 16)
-SURE = 0.99          # the hand-over's posterior (strategies.staged.SURE)
 CAP = 300            # launches a genie stage may take before it counts as failed
 
 
 def _stage1_done(stage: AttributionStrategy) -> bool | None:
     """Would the product's first stage hand over now? None: not yet; else whether it names the
     story's culprit (the factor it is sure of)."""
-    obs, y, _ = stage._log_values()
-    if len({o.active for o in obs}) < 2:
+    _, post = stage.judged_now()            # the gate is not asked: that only lowers the floor
+    if post is None:
         return None
-    marg = stage._posterior(obs, y).factor_marginals()
+    marg = post.factor_marginals()
     if marg.max() < SURE or not stage_misfits(stage):
         return None
     return stage.factors[int(np.argmax(marg))] == S.CULPRIT

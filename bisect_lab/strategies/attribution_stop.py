@@ -149,6 +149,16 @@ class StopRules:
         ll_b = float(np.sum(-0.5 * ((v - mb) / sb) ** 2) - v.size * math.log(sb))
         return ll_b > ll_g
 
+    def judged_now(self):
+        """``(gate, posterior)`` on every reading told so far, as :meth:`verdict` reads them; the
+        ``posterior`` and ``gate_decision`` properties are those of the last ``ask``, a batch
+        behind. ``(None, None)`` before two arms were measured. For a caller that decides between
+        asks (the staged strategy's hand-over, the sessions genie floor)."""
+        obs, y, _ = self._log_values()
+        if len({o.active for o in obs}) < 2:
+            return None, None
+        return self._gate(obs, y), self._posterior(obs, y)
+
     def proven(self) -> tuple[str, ...] | None:
         """The culprit set that the standard of proof names on the measurements so far, or None:
         the posterior stop rule (``stop_probability``, ``set_probability``, ``miss_probability``)

@@ -256,13 +256,10 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
         factor at 0.988: the stage then named nothing, took the rest of the budget with no way to
         hand over again, and ran to 400 trials.
         """
-        obs, y, _ = stage._log_values()
-        if len({o.active for o in obs}) < 2:
+        gate, post = stage.judged_now()
+        if post is None or (self.robust and (gate is None or gate.decision != "regression")):
             return False
-        gate = stage._gate(obs, y)
-        if self.robust and (gate is None or gate.decision != "regression"):
-            return False
-        return float(stage._posterior(obs, y).factor_marginals().max()) >= SURE
+        return float(post.factor_marginals().max()) >= SURE
 
     def _named(self, v: AttributionVerdict, stage: int | None = None) -> list[str]:
         """What a stage names: its confirmed culprits; the first stage, when it ran out of budget,
