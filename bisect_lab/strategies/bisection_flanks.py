@@ -35,7 +35,7 @@ FLANK_SIZES = ((1.0, 0.85), (2.0, 0.05), (4.0, 0.05), (8.0, 0.05))
 # included), one step unless the ratio is
 # above FLANK_MID + FLANK_RISE per reading beyond FLANK_MAX (a second step keeps it climbing; a
 # ratio that only hovers, held up by a few readings the probes do not repeat, is not worth more),
-# and at FLANK_MAX_HIGH readings in any case.
+# and a second step at FLANK_MAX_HIGH readings if it still is.
 FLANK_REJECT = math.log(1000.0)
 FLANK_NULL = math.log(0.55)
 FLANK_MAX = 6
@@ -129,14 +129,19 @@ class FlankCheck:
         if total <= FLANK_NULL:
             return "one"
         side, _, k, nl, nr, lo, hi = max(flanks, key=lambda f: f[1])
-        if total >= FLANK_REJECT:
+        spent = self._flank_extra
+        if total < FLANK_REJECT and (
+                self._no_more or len(self._path) >= self.max_trials - 1
+                or (spent >= FLANK_MAX and total < FLANK_MID + FLANK_RISE * (spent - FLANK_MAX))):
+            return "one"
+        # A ratio still over the rising bar after FLANK_MAX_HIGH readings (about 50 by then, which
+        # one step reaches with probability under 2%, by Ville's inequality) is a second step
+        # too: these runs had been answered with one culprit (5 of 200 two steps of 3% then 4%,
+        # 2 of 200 slides; none of 400 one-step runs read that far).
+        if total >= FLANK_REJECT or spent >= FLANK_MAX_HIGH:
             xs = np.unique(pos[(pos >= lo) & (pos <= hi)])
             self._flank = {"side": side, "c": c, "near": near_g, "lo": int(xs[k]), "hi": int(xs[k + 1])}
             return "rejected"
-        spent = self._flank_extra
-        if (self._no_more or len(self._path) >= self.max_trials - 1 or spent >= FLANK_MAX_HIGH
-                or (spent >= FLANK_MAX and total < FLANK_MID + FLANK_RISE * (spent - FLANK_MAX))):
-            return "one"
         # Read the smaller group of the split that weighs most: the endpoint or the position
         # next to the step (the two are on opposite sides of every split of the flank).
         # With several hosts, both in one batch (a round each would cost wall time).
