@@ -129,7 +129,7 @@ def test_a_slide_pinned_as_two_steps_is_answered_gradual_on_everything_read():
     slide and two steps is made on the search's readings, clustered around the first step; once the
     two steps' sub-bisections have read across both stretches, the line fits better and the answer
     is `gradual`. Before that refit, 12 of these 60 were answered `several` and 40 `gradual` with
-    the slide in range; now 3 and 49."""
+    the slide in range; now 1 and 51."""
     answers = []
     for seed in range(60):
         (lo, hi), measure = _slide(seed, 1000, 0.002, 50, 0.03)
@@ -137,8 +137,8 @@ def test_a_slide_pinned_as_two_steps_is_answered_gradual_on_everything_read():
         answers.append((v.status, v.status == "gradual" and v.range[0] <= hi and v.range[1] >= lo))
     several = sum(s == "several" for s, _ in answers)
     right = sum(ok for _, ok in answers)
-    assert several <= 5, answers
-    assert right >= 46, answers
+    assert several <= 4, answers
+    assert right >= 47, answers
 
 
 class _FlankState:
@@ -191,3 +191,25 @@ def test_a_flank_ratio_still_over_its_bar_at_the_cap_is_a_second_step():
     s = _FlankState(pos, u, cap)
     assert s.check() == "rejected"
     assert s._flank["side"] == "good" and s._flank["lo"] < s._flank["hi"] <= 99, s._flank
+
+
+def test_the_refit_before_several_reads_where_it_is_undecided_and_resumes_there():
+    """A slide whose refit is within MODEL_MARGIN of both models: readings where a line and two
+    steps differ decide it (`gradual`, the slide in range), and a resume that tells any prefix of
+    those readings asks what the campaign asked next."""
+    from bisect_lab.strategies.bisection import BisectionStrategy
+
+    (lo, hi), measure = _slide(29, 1000, 0.002, 50, 0.03)
+    s = BisectionStrategy(1000, seed=29)
+    while not s.done:
+        for p in s.ask():
+            s.tell(p, measure(p))
+    v = s.verdict()
+    assert s._refit_extra > 0 and v.status == "gradual", (s._refit_extra, v.status, v.check)
+    assert v.range[0] <= hi and v.range[1] >= lo, (v.range, lo, hi)
+    path = v.path
+    for k in range(len(path) - s._refit_extra - 2, len(path)):
+        r = BisectionStrategy(1000, seed=29)
+        for p, x in path[:k]:
+            r.tell(p, x)
+        assert r.ask()[:1] == [path[k][0]], k

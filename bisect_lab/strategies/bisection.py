@@ -175,6 +175,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Flank
         self._probe_more: list[int] = []         # ... and the further ones of its batch (several hosts)
         self._extra = 0                          # trials spent on the model check
         self._flank_extra = 0                    # ... of them on the flank test (bisection_flanks)
+        self._refit_extra = 0                    # ... of them on the refit before `several`
         self._flank: dict | None = None          # the flank test's second step, when it found one
         self._flank_look = False                 # a look rejected one step: the flank test is open
         self._last_check_t = 0
@@ -224,7 +225,7 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Flank
         free = self.parallel - len(self._outstanding)
         if free <= 0:
             return list(self._outstanding)
-        if self._burst_active() and self._phase in ("confirm", "bisect", "models"):
+        if self._burst_active() and self._phase in ("confirm", "bisect", "models", "refit"):
             new = self._ask_reference()      # a burst suspected: the reference tells (bisection_bursts)
             if not new:
                 return list(self._outstanding)
@@ -295,6 +296,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Flank
             self._tell_child(position, value)
         elif self._phase == "models":
             self._update_models()
+        elif self._phase == "refit":
+            self._finish_several()
         else:
             self._update_bisect()
         if not self.done and len(self._path) >= self.max_trials:
@@ -348,6 +351,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Flank
             self._next_child()
         elif self._phase == "models":
             self._update_models()
+        elif self._phase == "refit":
+            self._finish_several()
         elif self._phase == "bisect" and self._check_models and self._omega is not None:
             self._model_check(final=True)
         if not self.done:

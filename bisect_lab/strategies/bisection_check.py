@@ -130,9 +130,9 @@ class ModelCheck:
             return None
         return _models.fit_models(pos, u, anchor=a)
 
-    def _can_probe(self) -> bool:
-        return (not self._no_more and self._models_spent < MODEL_EXTRA
-                and len(self._path) < self.max_trials - 1)
+    def _can_probe(self, room: int | None = None) -> bool:
+        room = MODEL_EXTRA - self._models_spent if room is None else room
+        return not self._no_more and room > 0 and len(self._path) < self.max_trials - 1
 
     @property
     def _models_spent(self) -> int:
@@ -157,19 +157,22 @@ class ModelCheck:
         else:
             self._finish_gradual(f)
 
-    def _set_probes(self, f, m1: str, m2: str, pos: np.ndarray) -> bool:
+    def _set_probes(self, f, m1: str, m2: str, pos: np.ndarray, *, refit: bool = False) -> bool:
         """Set the next probe(s) where models m1 and m2 differ most; False when there is none.
         With several hosts up to PROBE_BATCH go in one batch (one round instead of several; each
-        pick counts as read once more, so a second one may be elsewhere or a repeat)."""
-        if not self._can_probe():
+        pick counts as read once more, so a second one may be elsewhere or a repeat). ``refit``:
+        for the refit before `several`, which has MODEL_EXTRA readings of its own."""
+        room = MODEL_EXTRA - (self._refit_extra if refit else self._models_spent)
+        if not self._can_probe(room):
             return False
-        k = min(PROBE_BATCH if self.parallel > 1 else 1, MODEL_EXTRA - self._models_spent,
-                self.max_trials - 1 - len(self._path))
+        k = min(PROBE_BATCH if self.parallel > 1 else 1, room, self.max_trials - 1 - len(self._path))
         probes = self._disagreement(f, m1, m2, pos, k=max(k, 1))
         if not probes:
             return False
         self._probe, self._probe_more = probes[0], probes[1:]
         self._extra += len(probes)
+        if refit:
+            self._refit_extra += len(probes)
         return True
 
     def _disagreement(self, f, m1: str, m2: str, pos: np.ndarray, k: int = 1) -> list[int]:
@@ -338,13 +341,20 @@ class ModelCheck:
         # had not: a slide pinned as two steps reads as one again, on everything read, when the
         # line fits clearly better (of 200 slides of 0.2% per commit, 24 were answered `several`;
         # on every read the line won by more than MODEL_MARGIN in 9 of 12 looked at, and no
-        # answer of two steps 3% then 4% or a dip read below +1).
+        # answer of two steps 3% then 4% or a dip read below +1). Within MODEL_MARGIN, readings
+        # where the two differ decide, as in the model phase; out of them, the better fit does.
         pos, u = self._fit_data()
         f = _models.fit_models(pos, u)
-        if f is not None and f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n) < -MODEL_MARGIN:
-            self._check = dict(self._check or {}, model="slide", refit="slide")
-            self._finish_gradual(f)
-            return
+        if f is not None:
+            d = f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n)
+            self._check = dict(self._check or {}, refit_bic=d)
+            if abs(d) < MODEL_MARGIN and self._set_probes(f, "slide", "two", pos, refit=True):
+                self._phase = "refit"
+                return
+            if d < 0:
+                self._check = dict(self._check, model="slide", refit="slide")
+                self._finish_gradual(f)
+                return
         first = steps[0]
         self._answer = {"steps": tuple(steps), "index": first["index"], "effect": first["effect"],
                         "ci": tuple(first["effect_ci"]) if first["effect_ci"] else None,
