@@ -131,6 +131,14 @@ SCENARIOS = (
              reps_share=0.5, methods=NEW_METHODS),
     Scenario("no step, machine -3% from trial 40", 0.0, machine_step=0.03, machine_from=40,
              reps_share=0.5, methods=NEW_METHODS),
+    # 18-20: slides of other shapes, added after the refit before `several` was chosen on cell 6
+    # (2026-12-07): held out from its tuning.
+    Scenario("slide 0.5%/commit x 20", 0.0, slide_per=0.005, slide_len=20, reps_share=0.5,
+             methods=NEW_METHODS),
+    Scenario("slide 0.1%/commit x 100", 0.0, slide_per=0.001, slide_len=100, reps_share=0.5,
+             methods=NEW_METHODS),
+    Scenario("slide 0.2%/commit x 50, CV 2%", 0.0, slide_per=0.002, slide_len=50, cv=0.02,
+             reps_share=0.5, methods=NEW_METHODS),
 )
 MIN_GAP = 10
 
