@@ -42,6 +42,12 @@ PROBE_BATCH = 2
 MODEL_MARGIN = 3.0
 
 
+def _two_over_slide(f) -> float:
+    """How much better two steps fit than a slide: N log(RSS_slide / RSS_two), less log N for the
+    one parameter more (BIC); above 0 two steps win."""
+    return f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n)
+
+
 class ModelCheck:
     """One step against a slide or two steps; the answers ``gradual`` and ``several``."""
 
@@ -130,8 +136,8 @@ class ModelCheck:
             return None
         return _models.fit_models(pos, u, anchor=a)
 
-    def _can_probe(self, room: int | None = None) -> bool:
-        room = MODEL_EXTRA - self._models_spent if room is None else room
+    def _can_probe(self, room: int) -> bool:
+        """May ``room`` more probe readings be taken (the budget and the campaign's allow it)?"""
         return not self._no_more and room > 0 and len(self._path) < self.max_trials - 1
 
     @property
@@ -148,7 +154,7 @@ class ModelCheck:
     def _decide_models(self, f, pos: np.ndarray, u: np.ndarray) -> None:
         """Slide or two steps: by BIC, with more readings where they differ while that is close."""
         self._fits = f
-        d = f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n)
+        d = _two_over_slide(f)
         if abs(d) < MODEL_MARGIN and self._set_probes(f, "slide", "two", pos):
             return
         self._check = dict(self._check or {}, model="two" if d > 0 else "slide", extra=self._extra)
@@ -346,13 +352,13 @@ class ModelCheck:
         pos, u = self._fit_data()
         f = _models.fit_models(pos, u)
         if f is not None:
-            d = f.n * math.log(f.rss_slide / f.rss_two) - math.log(f.n)
+            d = _two_over_slide(f)
             self._check = dict(self._check or {}, refit_bic=d)
             if abs(d) < MODEL_MARGIN and self._set_probes(f, "slide", "two", pos, refit=True):
                 self._phase = "refit"
                 return
             if d < 0:
-                self._check = dict(self._check, model="slide", refit="slide")
+                self._check = dict(self._check, model="slide")
                 self._finish_gradual(f)
                 return
         first = steps[0]
