@@ -293,6 +293,9 @@ _NOTES = ((re.compile(r"^(?P<who>.+): named by stage (?P<k>\d+) without its own 
            "{who}: found by search stage {k} and not re-measured on its own; stage {k2} then explained the rest"),
           (re.compile(r"^(?P<who>.+): named by a stage that ran out of budget before its confirmation step"),
            "{who}: found before the budget ran out, not yet re-measured on its own (more trials would check it)"),
+          (re.compile(r"^(?P<who>.+): named by a stage that handed over before its confirmation step because"),
+           "{who}: found by a search whose readings fit no single answer, not yet re-measured on its own "
+           "(more trials would check it)"),
           # the noise warning in what it means for the answer, not as a plan for min_effect
           (re.compile(r"^(?P<pre>.*)noisy arms \(CV good (?P<g>[^,]+), bad (?P<b>[^)]+)\): to resolve (?P<e>[\d.]+%) "
                       r"at this noise: about (?P<n>\d+) trials per arm$"),

@@ -776,3 +776,30 @@ def test_a_first_stage_that_hands_over_names_what_it_was_sure_of(monkeypatch):
     v = s.verdict()
     assert handed and all(handed), handed
     assert v.status == "culprits" and v.culprits == truth and v.trials < 200, (v.culprits, v.trials)
+
+
+@pytest.mark.parametrize("key, rep, why", [
+    ("stall5c", 1, "handed over before its confirmation step because its readings fit no one-stage answer"),
+    ("t3h", 3, "ran out of budget before its confirmation step"),
+])
+def test_the_note_on_an_unconfirmed_culprit_says_why_its_stage_stopped_short(monkeypatch, key, rep, why):
+    """A first stage hands over at its share of the budget or, before it, when no one-stage answer
+    fits its readings. The answer's note said "ran out of budget" for both; a misfit hand-over
+    (stalls, seed 1: at 124 of 400 trials) now says so, in the report's words too."""
+    import os
+    from bisect_lab import render
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import simulate_attribution as sa
+    names, measure, truth, _ = sa.seeded_measure(key, 10, rep)
+    s = StagedAttribution(names, seed=rep, max_trials=400)
+    while not s.done:
+        for arm in s.ask():
+            s.tell(arm, measure(arm))
+    v = s.verdict()
+    notes = [w for w in v.warnings if ": named by a stage that " in w]
+    assert len(notes) == 1 and why in notes[0], v.warnings
+    other = ("ran out of budget" if "handed over" in why else "handed over")
+    assert other not in notes[0]
+    plain = render._plain_note(notes[0])
+    assert plain != notes[0] and "not yet re-measured on its own" in plain
+    assert v.status == "culprits" and set(truth) <= set(v.culprits)

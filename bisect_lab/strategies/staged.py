@@ -104,6 +104,7 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
         self._ended: list[int] = []           # trials so far when each stage's verdict was taken
         self._final: AttributionVerdict | None = None
         self._unconfirmed: set[str] = set()   # culprits of a stage that handed over unconfirmed
+        self._misfit_handover = False         # the first stage handed over on a misfit, not its share
         self._residual_init()
         self._ref_init()
         self._start(frozenset())
@@ -243,10 +244,14 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
             # posterior 0.99, whatever a stall or a heavy-tail draw had made look like a culprit
             return False
         post = stage.posterior
+        if post is None or float(post.factor_marginals().max()) < SURE:
+            return False
         # before the soft limit only when no one-stage hypothesis fits what was measured
-        return (post is not None and float(post.factor_marginals().max()) >= SURE
-                and (stage.trials >= self._soft_limit or stage_misfits(stage))
-                and self._sure_now(stage))
+        at_limit = stage.trials >= self._soft_limit
+        if not (at_limit or stage_misfits(stage)) or not self._sure_now(stage):
+            return False
+        self._misfit_handover = not at_limit      # what the answer's note says of this stage
+        return True
 
     def _sure_now(self, stage: AttributionStrategy) -> bool:
         """The hand-over's test again on every reading told, as the stage's verdict will read them.
@@ -398,13 +403,15 @@ class StagedAttribution(ResidualCheck, ReferenceWatch, BurstGuard, StructuredEff
             if k + 1 < len(verdicts):
                 note = (f"{who}: named by stage {k + 1} without its own confirmation step (posterior >= "
                         f"{SURE:.2f} when it handed over); stage {k + 2} then attributed what was left")
-            elif self._residual_unsettled:
-                note = (f"{who}: named by a stage that ran out of budget before its confirmation step "
-                        f"(posterior >= {SURE:.2f})")
             else:
-                note = (f"{who}: named by a stage that ran out of budget before its confirmation step "
-                        f"(posterior >= {SURE:.2f}); the residual check (good plus these vs bad) found "
-                        "nothing left to explain")
+                # why the stage stopped short of its confirmation step: its share of the budget,
+                # or (the first stage only) readings that no one-stage answer fits
+                why = ("handed over before its confirmation step because its readings fit no "
+                       "one-stage answer" if k == 0 and self._misfit_handover else
+                       "ran out of budget before its confirmation step")
+                note = f"{who}: named by a stage that {why} (posterior >= {SURE:.2f})"
+                if not self._residual_unsettled:
+                    note += "; the residual check (good plus these vs bad) found nothing left to explain"
             if note not in self.notes:
                 self.notes.append(note)
         effects = [e for v in named for e in v.effects]
