@@ -146,6 +146,10 @@ ROBUST_SCENARIOS = [
     # a heavy tail must not end in a named no-op)
     Scenario("t3none14", "no regression, Student-t(3) noise, CV 14%", (10,), (), noise="t3", cv=0.14,
              null_like=True),
+    # added 2026-12-07, from a scratch sweep of unseen shapes: two culprits under bursts, where a
+    # burst that began on the good arm itself was taken in as its level (answered no-regression)
+    Scenario("burst86", "two culprits 8% + 6%, bursts (2%/trial, 6 trials, 20-35%)", (10,), (0.08, 0.06),
+             burst_rate=0.02, burst_len=6),
 ]
 
 # --extra: scenarios chosen after tuning, to check the figures on cases the method was not tuned

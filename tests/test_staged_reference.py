@@ -76,3 +76,38 @@ def test_without_the_guard_the_burst_readings_go_in():
     names, measure, culprit, calls = machine({k: 0.7 for k in range(8, 13)}, **FIVE)
     st, v = _run(names, measure, ref=False)
     assert "bursts" not in (v.extra or {}) and len(st.observations) == len(calls)
+
+
+def test_a_burst_that_begins_on_the_good_arm_itself_is_left_out():
+    """The held reading may be the reference's own: a burst that starts on the good arm's second
+    reading. The next good reading is then judged with one earlier good reading only, so its own
+    gap is not set; it had read as "the arm is slow", both readings went in, the good arm was cleared
+    for good, and its level came from burst readings (two culprits under bursts answered
+    `no-regression`). Now a reference reading as far below both references as the held one is slow:
+    the burst is left out."""
+    rng = np.random.default_rng([5, 2])      # a 5% culprit at CV 3%: the good arm read at 1, 9, ...
+    names = [f"f{k:02d}" for k in range(10)]
+    calls: list[frozenset] = []
+    burst = {"left": 0, "goods": 0, "from": None}
+
+    def measure(active):
+        calls.append(frozenset(active))
+        if not active:
+            burst["goods"] += 1
+            if burst["goods"] == 2:                       # the good arm's second reading: 6 slow ones
+                burst["left"], burst["from"] = 6, len(calls)
+        v = 1000.0 * (0.95 if "f03" in active else 1.0) * math.exp(rng.normal(0, 0.03))
+        if burst["left"]:
+            burst["left"] -= 1
+            v *= 0.7
+        return v
+
+    st, v = _run(names, measure)
+    assert v.status == "culprits" and list(v.culprits) == ["f03"], (v.status, v.culprits)
+    start = burst["from"]
+    (b,) = v.extra["bursts"]
+    assert b["arm"] == [] and b["kept"] is False and b["trials"][0] == start, (b, start)
+    assert set(b["trials"]) <= set(range(start, start + 6)) and len(b["trials"]) >= 5, b
+    assert frozenset() not in st._ref_cleared
+    good = [o.value for o in st.observations if o.active == frozenset()]
+    assert min(good) > 850, good                          # no burst reading in the good arm's level

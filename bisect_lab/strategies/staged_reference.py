@@ -87,7 +87,12 @@ class ReferenceWatch:
                 return []
             return here
         ref = active == frozenset()
-        slow = y < g - ref_gap if ref else y < min(g, b) - hold_gap
+        # A reference reading as far below both references as a held one is slow too, whatever its
+        # own gap says: with one good reading before it (gap not yet set) a burst that began on the
+        # good arm itself read as "the arm is slow", and the reference arm was cleared for good
+        # (two culprits under bursts answered no-regression: the good arm's level came from
+        # burst readings)
+        slow = (y < g - ref_gap or y < min(g, b) - hold_gap) if ref else y < min(g, b) - hold_gap
         op = self._ref_open
         if slow:
             op["held"].extend(here)
@@ -98,7 +103,9 @@ class ReferenceWatch:
             self._ref_off = True
             return self._ref_flush([])
         if op["refs"] < MIN_SLOW_REFS:
-            self._ref_cleared.add(op["held"][0][1])      # slow arm, normal host: not held again
+            if op["held"][0][1]:
+                self._ref_cleared.add(op["held"][0][1])  # slow arm, normal host: not held again
+            # (the reference itself is never cleared: a slow good reading is the host's, or a stall)
             return self._ref_flush(here)
         self._ref_bursts.append(self._ref_closed(kept=False))
         self._ref_open = None
