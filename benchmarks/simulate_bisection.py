@@ -310,7 +310,13 @@ def run_one(args: tuple) -> tuple:
     else:
         ok = rng is not None and world.acceptable_range(*rng)
     exact = status == want == "several" and sorted((i for i, _ in steps), key=lambda i: (i is None, i or 0)) == world.changes
-    return si, method, ok, world.calls, status, effect, exact
+    # The commit of the largest slowdown named exactly, as the culprit or as one of the steps: where
+    # the other step is a speed-up (a dip), that commit is the regression a user bisects for.
+    sizes = (sc.step,) + tuple(sc.steps)
+    main = world.changes[int(np.argmax(sizes))] if sc.steps else None
+    main_named = main is not None and (index == main if status == "culprit" else
+                                       any(i == main for i, _ in steps))
+    return si, method, ok, world.calls, status, effect, exact, main_named
 
 # "main": a frozen copy of the strategy as on main at 760128a (benchmarks/baseline_main/), the
 # baseline of the stall work (issue #23), run on the same seeds as "noisy".
@@ -342,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     results: dict[tuple[int, str], list[tuple]] = {}
     with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-        for si, m, ok, trials, status, effect, exact in ex.map(run_one, work, chunksize=10):
-            results.setdefault((si, m), []).append((ok, trials, status, effect, exact))
+        for si, m, ok, trials, status, effect, exact, main_named in ex.map(run_one, work, chunksize=10):
+            results.setdefault((si, m), []).append((ok, trials, status, effect, exact, main_named))
     shape = "H200 eager noise shape" if a.noise == "h200" else "normal noise"
     print(f"noisy bisection benchmark: {N} candidates, CV {CV:.0%} ({shape}), "
           f"{reps} repetitions per scenario and method (x reps_share for slow scenarios: see n)")
@@ -366,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             # median reported effect (of the first step), as a percentage change
             effs = [r[3] for r in rows if r[3] is not None and r[2] != "no-regression"]
             eff = f"{(np.median(effs) - 1) * 100:+5.1f}%" if effs else "     -"
-            extra = f" (every step exact: {sum(r[4] for r in rows)})" if sc.steps else ""
+            extra = (f" (every step exact: {sum(r[4] for r in rows)}; the largest slowdown's commit "
+                     f"named: {sum(r[5] for r in rows)})" if sc.steps else "")
             print(f"{sc.name:{w}s} {m:11s} {len(rows):5d} {acc:8.1%} {tr.mean():6.1f} "
                   f"{np.percentile(tr, 95):5.0f} {eff}  {oc}{extra}")
         print()
