@@ -139,6 +139,12 @@ SCENARIOS = (
              methods=NEW_METHODS),
     Scenario("slide 0.2%/commit x 50, CV 2%", 0.0, slide_per=0.002, slide_len=50, cv=0.02,
              reps_share=0.5, methods=NEW_METHODS),
+    # 21-22: a machine that changes by less than a burst's gap, early (2026-12-07, evening: a scratch
+    # sweep found the 5% step answered no-regression in 16 of 40 runs)
+    Scenario("step 5%, machine -8% from trial 20", 0.05, machine_step=0.08, machine_from=20,
+             reps_share=0.5, methods=NEW_METHODS),
+    Scenario("no step, machine -8% from trial 20", 0.0, machine_step=0.08, machine_from=20,
+             reps_share=0.5, methods=NEW_METHODS),
 )
 MIN_GAP = 10
 

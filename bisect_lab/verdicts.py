@@ -169,7 +169,10 @@ class BisectVerdict:
     bursts:     bursts of host contention the guard found (the reference read slow with them):
                 one dict each, ``trials`` (indices into ``path``, left out), ``refs`` (slow reference
                 readings among them) and ``kept`` (True for the one that was a changed machine: the
-                reference stayed slow, its readings were kept and the guard stopped).
+                reference stayed slow, its readings were kept and the guard stopped). A machine
+                found from a shift of both endpoints' later readings (too small for a burst) also
+                has ``shift`` (the level ratio after/before) and ``trials`` holds the change's
+                trial, then the endpoint readings that showed it.
     check:      the model check: ``p_one_step`` (bootstrap p of "one step fits"), ``model``
                 ("one", "slide" or "two") and ``extra`` (trials spent telling the models apart).
     """

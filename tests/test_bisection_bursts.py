@@ -110,3 +110,53 @@ def test_bursts_no_longer_spend_the_budget_on_seeded_histories():
     assert right[True] >= 26 and right[True] >= right[False] + 2, right
     assert trials[True] < 0.85 * trials[False], trials
     assert left >= 60 and hit >= 0.95 * left, (hit, left)
+
+
+def _machine_history(seed: int, slower: float | None):
+    """200 commits, a 5% step at CV 3%; from the 20th reading on the host reads ``slower`` x."""
+    import math
+    rng = np.random.default_rng([23, seed])
+    change = int(rng.integers(20, 180))
+    calls = [0]
+
+    def measure(i):
+        calls[0] += 1
+        v = 100.0 * (0.95 if i >= change else 1.0) * math.exp(rng.normal(0, 0.03))
+        return v * (slower if slower and calls[0] >= 20 else 1.0)
+    return measure, change
+
+
+def test_a_machine_slower_by_less_than_a_burst_is_found_from_the_endpoints():
+    """A host 8% slower from the 20th reading on (under the burst guard's 10% gap) shifts both
+    endpoints' later readings: the search had read the good endpoint at the bad level and
+    answered `no-regression`, or a wrong commit (14 of 20 right). The shift is now read as a
+    changed machine, a block of its own from the trial where it fits best (17 of 20 right, the
+    change found in 15, at trial 17-21 in 11 of them). Clean histories never find one."""
+    from bisect_lab import bisect_sequence
+    right = found = near = 0
+    for seed in range(20):
+        measure, change = _machine_history(seed, 0.92)
+        v = bisect_sequence(200, measure, seed=seed)
+        right += v.status == "culprit" and v.index == change
+        shifts = [b for b in v.bursts if b.get("shift")]
+        if shifts:
+            (b,) = shifts
+            found += 1
+            near += 17 <= b["trials"][0] + 1 <= 21
+            assert b["kept"] and 0.85 < b["shift"] < 0.97, b
+    assert right >= 16 and found >= 12 and near >= 9, (right, found, near)
+    for seed in range(20):
+        measure, change = _machine_history(seed, None)
+        v = bisect_sequence(200, measure, seed=seed)
+        assert not any(b.get("shift") for b in v.bursts), (seed, v.bursts)
+
+
+def test_the_changed_machine_found_from_the_endpoints_has_its_own_warning_line():
+    from bisect_lab.campaigns.bisect import _burst_lines
+    path = [("a" * 40, 100.0)] * 19 + [("b" * 40, 92.0)] * 12
+    vd = {"bursts": [{"trials": [19, 25, 30], "refs": 0, "kept": True, "shift": 0.92}]}
+    (line,) = _burst_lines(vd, path, [], "throughput")
+    assert line.startswith("the machine changed at trial ") and "both endpoints read 8.0% slower" in line, line
+    vd["bursts"][0].pop("shift")
+    (line,) = _burst_lines(vd, path, [], "throughput")
+    assert "stayed slow from there" in line, line

@@ -288,6 +288,8 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Flank
         self._probe, self._probe_more = None, []
         if value is not None and self._burst_tell():
             pass                             # held out as a suspected burst: nothing to refit
+        elif value is not None and position in (0, self.n - 1) and self._machine_watch():
+            self._update_bisect() if self._phase == "bisect" else self._update_models()
         elif self._phase == "confirm":
             self._update_confirm()
         elif self._phase == "steps":
