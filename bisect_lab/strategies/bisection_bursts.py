@@ -42,10 +42,10 @@ MIN_GAP = 0.105
 BURST_MAX_REFS = 20
 # A machine that changes by less than a burst's gap (issue #23: a 5% step with the host 8% slower
 # from trial 20 was answered `no-regression` in 16 of 40 runs): the endpoints, re-read every
-# REMEASURE_EVERY trials, shift together. A shift of both endpoints' latest readings against
-# their earlier ones at MACHINE_Z standard errors or more (the earlier readings' spread), at least
-# half of min_effect, with every later reading carrying at least half of it (a stall must not), on
-# MACHINE_MIN_AFTER readings or more, is a changed machine.
+# REMEASURE_EVERY trials, shift together. A slowdown of the endpoints' latest readings against
+# their earlier medians (MACHINE_MIN_BEFORE of them at least) of min_effect or more, at MACHINE_Z
+# standard errors or more of the noise before it, with every later reading carrying at least half
+# of it (a stall must not), on MACHINE_MIN_AFTER readings or more, is a changed machine.
 MACHINE_Z = 3.5
 MACHINE_MIN_AFTER = 2
 MACHINE_MIN_BEFORE = 3
@@ -167,14 +167,13 @@ class BurstWatch:
         is then redone). The change's trial is the one, between the last endpoint reading before
         the shift and the first after it, where the block split fits the readings best."""
         if (self._machine is not None or not self.burst_guard or self._burst_off or self.parallel > 1
-                or self._phase not in ("bisect", "models") or self._burst is not None):
+                or self._phase not in ("bisect", "models") or self._burst is not None
+                or self._params is None):
             return False
         pos = np.asarray(self._obs_pos, dtype=np.int64)
         u = np.asarray(self._obs_u, dtype=float)
         t = np.asarray(self._obs_t, dtype=np.int64)
         ends = [np.flatnonzero(pos == e) for e in (0, self.n - 1)]
-        if self._params is None:
-            return False
         # only readings after the confirm step can show the change: its quick alternation of the
         # endpoints is the "before" that every later re-reading is compared with
         first = self._obs_t[self._confirm_obs] if self._confirm_obs < len(self._obs_t) else t.max() + 1
