@@ -49,6 +49,9 @@ BURST_MAX_REFS = 20
 MACHINE_Z = 3.5
 MACHINE_MIN_AFTER = 2
 MACHINE_MIN_BEFORE = 3
+# ... and before a `no-regression` answer, one endpoint's later readings this far below hint at one:
+# the other endpoint is read first.
+MACHINE_DOUBT_Z = 2.0
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,32 @@ class BurstWatch:
                              "shift": float(np.exp(self._sign * best[1]))})
         return True
 
+    def _machine_doubt(self) -> int | None:
+        """Before a `no-regression` answer: the endpoint to read first when one endpoint's later
+        readings hint at a slower machine (MACHINE_DOUBT_Z, one reading enough) and the other
+        endpoint has not been read since. The watch then sees both (a 5% step with the host 8%
+        slower from trial 20 had been answered `no-regression` with one endpoint read after the
+        change). None: no such hint, or both read since."""
+        if (self._machine is not None or not self.burst_guard or self._burst_off or self.parallel > 1
+                or self._phase != "bisect"):
+            return None
+        pos = np.asarray(self._obs_pos, dtype=np.int64)
+        u = np.asarray(self._obs_u, dtype=float)
+        t = np.asarray(self._obs_t, dtype=np.int64)
+        ends = [np.flatnonzero(pos == e) for e in (0, self.n - 1)]
+        first = self._obs_t[self._confirm_obs] if self._confirm_obs < len(self._obs_t) else t.max() + 1
+        for s in np.unique(t[np.concatenate(ends)]):
+            if s < first:
+                continue
+            groups = [(u[k][t[k] < s], u[k][t[k] >= s]) for k in ends]
+            shift = _common_shift(groups, _within_sd(pos[t < s], u[t < s]), min_after=1)
+            if shift is None or shift[1] > -MACHINE_DOUBT_Z or shift[0] > -self._d_min:
+                continue
+            unread = [e for e, (_, a) in zip((0, self.n - 1), groups) if a.size == 0]
+            if unread:
+                return unread[0]
+        return None
+
     def _split_rss(self, change: int) -> float:
         """Residual sum of squares of the host-offset fit with a new block from trial ``change``."""
         from .blocks import host_offsets
@@ -236,13 +265,14 @@ class BurstWatch:
         self._burst = None
 
 
-def _common_shift(groups: list[tuple[np.ndarray, np.ndarray]], sd: float) -> tuple[float, float] | None:
+def _common_shift(groups: list[tuple[np.ndarray, np.ndarray]], sd: float,
+                  min_after: int = MACHINE_MIN_AFTER) -> tuple[float, float] | None:
     """(shift, z) of the later readings against the earlier ones, common to every group (the
     endpoints), weighted as a two-sample difference at noise ``sd``; None unless
     MACHINE_MIN_AFTER later readings of groups with MACHINE_MIN_BEFORE earlier ones each carry at
     least half of the shift, on its side."""
     used = [(b, a) for b, a in groups if b.size >= MACHINE_MIN_BEFORE and a.size]
-    if sum(a.size for _, a in used) < MACHINE_MIN_AFTER:
+    if sum(a.size for _, a in used) < min_after:
         return None
     w = np.array([1.0 / (1.0 / b.size + 1.0 / a.size) for b, a in used])
     # the earlier readings' median: one stall among them must not make every later one look fast

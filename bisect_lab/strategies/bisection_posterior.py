@@ -223,6 +223,10 @@ class Posterior:
                 return
         if p0 >= self.confidence:
             if not self._endpoints_differ():
+                doubt = self._machine_doubt()
+                if doubt is not None:
+                    self._probe = doubt          # one endpoint hints at a slower machine: read the other
+                    return
                 self._finish("no-regression", reason="posterior-null")
                 return
             # The endpoints themselves differ by more than min_effect: a "no change" posterior is
