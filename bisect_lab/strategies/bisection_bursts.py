@@ -169,38 +169,25 @@ class BurstWatch:
         after a reference that stayed slow), the change is recorded, and True is returned (the fit
         is then redone). The change's trial is the one, between the last endpoint reading before
         the shift and the first after it, where the block split fits the readings best."""
-        if (self._machine is not None or not self.burst_guard or self._burst_off or self.parallel > 1
-                or self._phase not in ("bisect", "models") or self._burst is not None
-                or self._params is None):
+        if self._burst is not None or self._params is None or self._phase not in ("bisect", "models"):
             return False
-        pos = np.asarray(self._obs_pos, dtype=np.int64)
-        u = np.asarray(self._obs_u, dtype=float)
-        t = np.asarray(self._obs_t, dtype=np.int64)
-        ends = [np.flatnonzero(pos == e) for e in (0, self.n - 1)]
-        # only readings after the confirm step can show the change: its quick alternation of the
-        # endpoints is the "before" that every later re-reading is compared with
-        first = self._obs_t[self._confirm_obs] if self._confirm_obs < len(self._obs_t) else t.max() + 1
         best = None
-        for s in np.unique(t[np.concatenate(ends)]):
-            if s < first:
-                continue
-            shift = _common_shift([(u[k][t[k] < s], u[k][t[k] >= s]) for k in ends],
-                                  _within_sd(pos[t < s], u[t < s]))
-            if shift is not None and (best is None or shift[1] < best[2]):
-                best = (int(s), shift[0], shift[1])
+        for s, _, shift in self._endpoint_shifts(MACHINE_MIN_AFTER):
+            if best is None or shift[1] < best[2]:
+                best = (s, shift[0], shift[1])
         # slower only (u is oriented: lower is worse): contention and throttling slow a host; a
         # "faster" shift was what a stall among the earlier readings left (4 of 120 stall runs)
         if best is None or best[2] > -MACHINE_Z or best[1] > -self._d_min:
             return False
         s = best[0]
-        before = t[np.concatenate(ends)]
-        lo = int(before[before < s].max()) + 1
+        pos, t = np.asarray(self._obs_pos, dtype=np.int64), np.asarray(self._obs_t, dtype=np.int64)
+        ends = np.flatnonzero((pos == 0) | (pos == self.n - 1))
+        lo = int(t[ends][t[ends] < s].max()) + 1
         change = min(range(lo, s + 1), key=lambda c: self._split_rss(c))
-        host = self._obs_blk[-1]
-        self._machine = MachineFrom(host, change)
+        self._machine = MachineFrom(self._obs_blk[-1], change)
         self._obs_blk[:] = [self._machine if tk >= change else b for tk, b in zip(self._obs_t, self._obs_blk)]
         self._deblock()
-        after = [int(self._obs_pathi[k]) for k in np.concatenate(ends) if t[k] >= s]
+        after = [int(self._obs_pathi[k]) for k in ends if t[k] >= s]
         self._bursts.append({"trials": [change - 1] + sorted(after), "refs": 0, "kept": True,
                              "shift": float(np.exp(self._sign * best[1]))})
         return True
@@ -211,9 +198,24 @@ class BurstWatch:
         endpoint has not been read since. The watch then sees both (a 5% step with the host 8%
         slower from trial 20 had been answered `no-regression` with one endpoint read after the
         change). None: no such hint, or both read since."""
-        if (self._machine is not None or not self.burst_guard or self._burst_off or self.parallel > 1
-                or self._phase != "bisect"):
+        if self._phase != "bisect":
             return None
+        for _, groups, shift in self._endpoint_shifts(1):
+            if shift[1] > -MACHINE_DOUBT_Z or shift[0] > -self._d_min:
+                continue
+            unread = [e for e, (_, a) in zip((0, self.n - 1), groups) if a.size == 0]
+            if unread:
+                return unread[0]
+        return None
+
+    def _endpoint_shifts(self, min_after: int):
+        """(split trial, the endpoints' (earlier, later) readings, (shift, z)) for each endpoint
+        reading after the confirm step as the first of the later ones, where ``_common_shift``
+        has one; nothing once a machine change is known, or off (the guard off, several hosts).
+        Only readings after the confirm step can show the change: its quick alternation of the
+        endpoints is the "before" that every later re-reading is compared with."""
+        if self._machine is not None or not self.burst_guard or self._burst_off or self.parallel > 1:
+            return
         pos = np.asarray(self._obs_pos, dtype=np.int64)
         u = np.asarray(self._obs_u, dtype=float)
         t = np.asarray(self._obs_t, dtype=np.int64)
@@ -223,13 +225,9 @@ class BurstWatch:
             if s < first:
                 continue
             groups = [(u[k][t[k] < s], u[k][t[k] >= s]) for k in ends]
-            shift = _common_shift(groups, _within_sd(pos[t < s], u[t < s]), min_after=1)
-            if shift is None or shift[1] > -MACHINE_DOUBT_Z or shift[0] > -self._d_min:
-                continue
-            unread = [e for e, (_, a) in zip((0, self.n - 1), groups) if a.size == 0]
-            if unread:
-                return unread[0]
-        return None
+            shift = _common_shift(groups, _within_sd(pos[t < s], u[t < s]), min_after=min_after)
+            if shift is not None:
+                yield int(s), groups, shift
 
     def _split_rss(self, change: int) -> float:
         """Residual sum of squares of the host-offset fit with a new block from trial ``change``."""
