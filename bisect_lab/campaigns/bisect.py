@@ -72,15 +72,12 @@ def _burst_lines(vd: dict, path: list, trials, metric: str) -> list[str]:
         first, last = (min(k for k in ks if k), max(k for k in ks if k)) if any(ks) else (None, None)
         span = f"trials {first}-{last}" if first else f"{len(idx)} readings"
         vals = ", ".join(f"{path[i][1]:.4g}" for i in idx[:8]) + (", ..." if len(idx) > 8 else "")
-        if b.get("shift"):
-            lines.append(f"the machine changed at trial {first or '?'}: both endpoints read "
-                         f"{abs(b['shift'] - 1):.1%} {'slower' if b['shift'] < 1 else 'faster'} from there "
-                         f"({metric} {vals}); the readings since are kept as a new level of the host, taken "
-                         "out of every comparison (as a second host's level is)")
-        elif b.get("kept"):
-            lines.append(f"the machine changed at trial {first or '?'}: the reference (the good commit) "
-                         f"stayed slow from there ({metric} {vals}); the readings since are kept as a new "
-                         "level of the host, taken out of every comparison (as a second host's level is)")
+        if b.get("kept"):
+            seen = (f"both endpoints read {abs(b['shift'] - 1):.1%} {'slower' if b['shift'] < 1 else 'faster'}"
+                    if b.get("shift") else "the reference (the good commit) stayed slow")
+            lines.append(f"the machine changed at trial {first or '?'}: {seen} from there ({metric} {vals}); "
+                         "the readings since are kept as a new level of the host, taken out of every "
+                         "comparison (as a second host's level is)")
         else:
             lines.append(f"{span}: {len(idx)} reading(s) left out as a burst of host contention: the reading "
                          f"was far below both levels and the reference (the good commit) read slow "

@@ -286,10 +286,11 @@ class BisectionStrategy(ConfirmPhase, Posterior, NextPosition, ModelCheck, Flank
         # update below that wants one sets it anew from the readings, so the same tells give the
         # same next position whether or not ask() ran between them.
         self._probe, self._probe_more = None, []
-        if value is not None and self._burst_tell():
+        held = value is not None and self._burst_tell()
+        if not held and value is not None and position in (0, self.n - 1):
+            self._machine_watch()            # a changed machine re-blocks the readings the refit reads
+        if held:
             pass                             # held out as a suspected burst: nothing to refit
-        elif value is not None and position in (0, self.n - 1) and self._machine_watch():
-            self._update_bisect() if self._phase == "bisect" else self._update_models()
         elif self._phase == "confirm":
             self._update_confirm()
         elif self._phase == "steps":

@@ -166,8 +166,8 @@ class BurstWatch:
     def _machine_watch(self) -> bool:
         """After an endpoint reading: do the endpoints' latest readings show a machine that changed
         (see MACHINE_Z)? If so the readings from the change on become a block of their own (as
-        after a reference that stayed slow), the change is recorded, and True is returned (the fit
-        is then redone). The change's trial is the one, between the last endpoint reading before
+        after a reference that stayed slow), the change is recorded, and True is returned (the
+        caller's refit then reads them). The change's trial is the one, between the last endpoint reading before
         the shift and the first after it, where the block split fits the readings best."""
         if self._burst is not None or self._params is None or self._phase not in ("bisect", "models"):
             return False
