@@ -53,9 +53,11 @@ def test_large_step_found_exactly_and_quickly():
     # (z ~ 4 on the whole flank) and the flank test reads on (29 readings, then one step): one run
     # in the eight may go over 34 (the bounds were 34 each and a mean of 25). On 100 such histories
     # (change 1 + (37 + 111 s) % 998, seed s) the flank test's runs average 21.3 trials (p95 26,
-    # 3 over 34, max 44), the model check's before it 22.1 (p95 26, 2 over 34, max 97).
+    # 3 over 34, max 44), the model check's before it 22.1 (p95 26, 2 over 34, max 97). Since the
+    # flank test weighs a second step next to the step found more (2026-12-07), 21.4 (p95 27, 4
+    # over 34, max 44); here seed 4 reads 9 more (33), a mean of 26.25 where it was 25.1.
     assert sum(t > 34 for t in trials) <= 1 and max(trials) <= 60, trials
-    assert np.mean(trials) <= 26, trials
+    assert np.mean(trials) <= 27, trials
 
 
 def test_five_percent_step_at_cv3_mostly_right():

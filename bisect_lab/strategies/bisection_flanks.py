@@ -11,6 +11,9 @@ out (Student-t densities of the contrast, the noise sd pooled within the two gro
 over both flanks, splits, step sizes and signs is a likelihood ratio of "a second step somewhere"
 against "none" (the second step uniform over the commits), so it may be looked at after every
 reading (a mixture ratio stays a martingale under the null; approximately, the sd being estimated).
+The dozen commits either side of ``c`` weigh more than their share (a slide through ``c`` shows
+there first): the mixture's weights sum to 1.5, so its expectation under one step is 1.5 and a
+false "second step" at FLANK_REJECT stays under 1.5 / 1000.
 While it is undecided the next reading goes where it tells most: the endpoint or the position next
 to ``c``, whichever is the smaller group of the split that weighs most.
 
@@ -46,14 +49,25 @@ FLANK_RISE = 0.1
 # tested: one reading there carries under 0.06 nats about it (a regression that loses CUDA graphs,
 # CV 0.6% -> 14%, cost every run the test's 6 readings before).
 FLANK_SD_MAX = 3.0
+# A second step within FLANK_NEAR commits of the step found, on either side, weighs
+# FLANK_NEAR_SHARE on top of the uniform spread over all commits (weight 1). A slide through c
+# shows as c's neighbours reading off their endpoint's level; spread uniformly over a thousand
+# commits, the dozen next to c weighed too little to tell (a slide of 1% per commit over 10 was
+# named as one commit in a third of the runs). Close to c, the step is at least 1/FLANK_NEAR_DIV
+# of the step found: a slide's neighbour reads a share of its total, and a 25% step must not wait
+# on a 3% alternative next to it (it cost the 25% step 2 trials a run).
+FLANK_NEAR = 16
+FLANK_NEAR_SHARE = 0.5
+FLANK_NEAR_DIV = 3.0
 
 
 def flank_ratio(pos: np.ndarray, u: np.ndarray, lo: int, hi: int, delta: float,
-                sd_max: float = math.inf) -> tuple[float, int, int, int]:
+                sd_max: float = math.inf, window: tuple[int, int] | None = None
+                ) -> tuple[float, int, int, int]:
     """log of the mixture likelihood ratio "a step of +-delta somewhere inside [lo, hi]" against
     "one level over [lo, hi]", from the readings ``u`` at positions ``pos`` inside it; the step
-    falls uniformly on ``lo + 1 .. hi``. Each split's ratio is that of Student-t densities of its
-    contrast (left mean - right mean), the noise sd pooled within its two groups; the step is
+    falls uniformly on ``lo + 1 .. hi`` (or on the commits ``window`` = (a, b) of them). Each
+    split's ratio is that of Student-t densities of its contrast (left mean - right mean), the noise sd pooled within its two groups; the step is
     +-delta times each multiple of FLANK_SIZES, with its weight. Also (k, n_left, n_right) of the
     split that weighs most in the mixture: a step
     between the k-th and the (k+1)-th measured position.
@@ -84,8 +98,14 @@ def flank_ratio(pos: np.ndarray, u: np.ndarray, lo: int, hi: int, delta: float,
 
     # Weight of each split: the commits a step between xs[k] and xs[k + 1] could be. A step at
     # lo + 1 .. xs[0] or after xs[-1] splits none of these readings: ratio 1.
-    w = np.diff(xs).astype(float) / max(float(hi - lo), 1.0)
-    w_none = (xs[0] - lo + hi - xs[-1]) / max(float(hi - lo), 1.0)
+    if window is None:
+        w = np.diff(xs).astype(float) / max(float(hi - lo), 1.0)
+        w_none = (xs[0] - lo + hi - xs[-1]) / max(float(hi - lo), 1.0)
+    else:                                    # only the commits a .. b of ``window`` can be the step
+        a, b = window
+        first, last = np.append(xs[:-1] + 1, [lo + 1, xs[-1] + 1]), np.append(xs[1:], [xs[0], hi])
+        share = np.maximum(np.minimum(last, b) - np.maximum(first, a) + 1, 0) / float(b - a + 1)
+        w, w_none = share[:-2], float(share[-2:].sum())
     # The step: +-delta, or (weights FLANK_SIZES) a few times larger: a point alternative alone
     # gains little from a step far larger than delta once the sd is estimated (Student tails).
     lr = np.full(d.shape, -np.inf)
@@ -114,13 +134,21 @@ class FlankCheck:
         below = pos[(pos < c)]
         near_g = int(below.max()) if below.size else 0
         flanks = []
+        step = abs(self._params[0] - self._params[1]) if self._params is not None else 0.0
+        d_near = max(delta, step / FLANK_NEAR_DIV)
+        windows = {"good": (max(1, c - FLANK_NEAR), c - 1), "bad": (c + 1, min(n - 1, c + FLANK_NEAR))}
         for side, lo, hi, weight in (("good", 0, near_g, c - 1), ("bad", c, n - 1, n - 1 - c)):
             if weight < 1:
                 continue
             L, k, nl, nr = flank_ratio(pos, u, lo, hi, delta, FLANK_SD_MAX * delta)
             if k < 0:
                 continue       # nothing to split, or too noisy for a second step to be told cheaply
-            flanks.append((side, math.log(weight / (n - 2)) + L, k, nl, nr, lo, hi))
+            term = math.log(weight / (n - 2)) + L
+            Ln, kn, nln, nrn = flank_ratio(pos, u, lo, hi, d_near, FLANK_SD_MAX * d_near, windows[side])
+            near = math.log(FLANK_NEAR_SHARE / 2) + Ln
+            if near > term:
+                k, nl, nr = kn, nln, nrn
+            flanks.append((side, float(np.logaddexp(term, near)), k, nl, nr, lo, hi))
         if not flanks:
             return "one"
         total = float(np.logaddexp.reduce([f[1] for f in flanks]))
