@@ -145,6 +145,14 @@ SCENARIOS = (
              reps_share=0.5, methods=NEW_METHODS),
     Scenario("no step, machine -8% from trial 20", 0.0, machine_step=0.08, machine_from=20,
              reps_share=0.5, methods=NEW_METHODS),
+    # 23-25: steep short slides (2026-12-07, night: a scratch sweep found 1%/commit x 10 named as
+    # one commit in a third of the runs, with a 5-8% effect for a 1% commit)
+    Scenario("slide 1%/commit x 10", 0.0, slide_per=0.01, slide_len=10, reps_share=0.5,
+             methods=NEW_METHODS),
+    Scenario("slide 2%/commit x 5", 0.0, slide_per=0.02, slide_len=5, reps_share=0.5,
+             methods=NEW_METHODS),
+    Scenario("slide 0.5%/commit x 30, CV 5%", 0.0, slide_per=0.005, slide_len=30, cv=0.05,
+             reps_share=0.5, methods=NEW_METHODS),
 )
 MIN_GAP = 10
 
