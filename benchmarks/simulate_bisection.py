@@ -105,6 +105,13 @@ class Scenario:
 
 NEW_METHODS = ("noisy", "before", "main", "noguard")
 
+
+def _slide(per: float, length: int, suffix: str = "", **kw) -> Scenario:
+    """A slide of ``per`` per commit over ``length`` commits (expected answer `gradual`), run by the
+    new methods at half the repetitions like the other truths that are not one step."""
+    return Scenario(f"slide {per * 100:g}%/commit x {length}{suffix}", 0.0, slide_per=per,
+                    slide_len=length, reps_share=0.5, methods=NEW_METHODS, **kw)
+
 SCENARIOS = (
     Scenario("step 5%", 0.05),
     Scenario("step 25%", 0.25),
@@ -112,8 +119,7 @@ SCENARIOS = (
     Scenario("no step", 0.0),
     Scenario("step 5%, 10% untestable", 0.05, untestable=0.10),
     Scenario("step 5%, drift -2%/100 trials", 0.05, drift_per_trial=-0.0002),
-    Scenario("slide 0.2%/commit x 50", 0.0, slide_per=0.002, slide_len=50, reps_share=0.5,
-             methods=NEW_METHODS),
+    _slide(0.002, 50),
     Scenario("two steps 3% then 4%", 0.03, steps=(0.04,), reps_share=0.5, methods=NEW_METHODS),
     Scenario("+15% then -4% back, CV 5%", 0.15, steps=(-0.04,), cv=0.05, reps_share=0.5,
              methods=NEW_METHODS),
@@ -133,12 +139,9 @@ SCENARIOS = (
              reps_share=0.5, methods=NEW_METHODS),
     # 18-20: slides of other shapes, added after the refit before `several` was chosen on cell 6
     # (2026-12-07): held out from its tuning.
-    Scenario("slide 0.5%/commit x 20", 0.0, slide_per=0.005, slide_len=20, reps_share=0.5,
-             methods=NEW_METHODS),
-    Scenario("slide 0.1%/commit x 100", 0.0, slide_per=0.001, slide_len=100, reps_share=0.5,
-             methods=NEW_METHODS),
-    Scenario("slide 0.2%/commit x 50, CV 2%", 0.0, slide_per=0.002, slide_len=50, cv=0.02,
-             reps_share=0.5, methods=NEW_METHODS),
+    _slide(0.005, 20),
+    _slide(0.001, 100),
+    _slide(0.002, 50, ", CV 2%", cv=0.02),
     # 21-22: a machine that changes by less than a burst's gap, early (2026-12-07, evening: a scratch
     # sweep found the 5% step answered no-regression in 16 of 40 runs)
     Scenario("step 5%, machine -8% from trial 20", 0.05, machine_step=0.08, machine_from=20,
@@ -147,12 +150,9 @@ SCENARIOS = (
              reps_share=0.5, methods=NEW_METHODS),
     # 23-25: steep short slides (2026-12-07, night: a scratch sweep found 1%/commit x 10 named as
     # one commit in a third of the runs, with a 5-8% effect for a 1% commit)
-    Scenario("slide 1%/commit x 10", 0.0, slide_per=0.01, slide_len=10, reps_share=0.5,
-             methods=NEW_METHODS),
-    Scenario("slide 2%/commit x 5", 0.0, slide_per=0.02, slide_len=5, reps_share=0.5,
-             methods=NEW_METHODS),
-    Scenario("slide 0.5%/commit x 30, CV 5%", 0.0, slide_per=0.005, slide_len=30, cv=0.05,
-             reps_share=0.5, methods=NEW_METHODS),
+    _slide(0.01, 10),
+    _slide(0.02, 5),
+    _slide(0.005, 30, ", CV 5%", cv=0.05),
 )
 MIN_GAP = 10
 

@@ -11,7 +11,7 @@ out (Student-t densities of the contrast, the noise sd pooled within the two gro
 over both flanks, splits, step sizes and signs is a likelihood ratio of "a second step somewhere"
 against "none" (the second step uniform over the commits), so it may be looked at after every
 reading (a mixture ratio stays a martingale under the null; approximately, the sd being estimated).
-The dozen commits either side of ``c`` weigh more than their share (a slide through ``c`` shows
+The FLANK_NEAR commits either side of ``c`` weigh more than their share (a slide through ``c`` shows
 there first): the mixture's weights sum to 1.5, so its expectation under one step is 1.5 and a
 false "second step" at FLANK_REJECT stays under 1.5 / 1000.
 While it is undecided the next reading goes where it tells most: the endpoint or the position next
@@ -67,10 +67,10 @@ def flank_ratio(pos: np.ndarray, u: np.ndarray, lo: int, hi: int, delta: float,
     """log of the mixture likelihood ratio "a step of +-delta somewhere inside [lo, hi]" against
     "one level over [lo, hi]", from the readings ``u`` at positions ``pos`` inside it; the step
     falls uniformly on ``lo + 1 .. hi`` (or on the commits ``window`` = (a, b) of them). Each
-    split's ratio is that of Student-t densities of its contrast (left mean - right mean), the noise sd pooled within its two groups; the step is
-    +-delta times each multiple of FLANK_SIZES, with its weight. Also (k, n_left, n_right) of the
-    split that weighs most in the mixture: a step
-    between the k-th and the (k+1)-th measured position.
+    split's ratio is that of Student-t densities of its contrast (left mean - right mean), the
+    noise sd pooled within its two groups; the step is +-delta times each multiple of
+    FLANK_SIZES, with its weight. Also (k, n_left, n_right) of the split that weighs most in the
+    mixture: a step between the k-th and the (k+1)-th measured position.
     Returns (0.0, -1, 0, 0) when fewer than two positions, or four readings, were read there, or
     when even the best split leaves a noise sd over ``sd_max`` (too noisy to tell delta cheaply)."""
     inside = (pos >= lo) & (pos <= hi)
