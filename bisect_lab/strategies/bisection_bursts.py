@@ -163,14 +163,14 @@ class BurstWatch:
             omega = np.where(m, np.minimum(omega, outlier), omega)
         return omega
 
-    def _machine_watch(self) -> bool:
+    def _machine_watch(self) -> None:
         """After an endpoint reading: do the endpoints' latest readings show a machine that changed
         (see MACHINE_Z)? If so the readings from the change on become a block of their own (as
-        after a reference that stayed slow), the change is recorded, and True is returned (the
-        caller's refit then reads them). The change's trial is the one, between the last endpoint reading before
-        the shift and the first after it, where the block split fits the readings best."""
+        after a reference that stayed slow; the caller's refit then reads them) and the change is
+        recorded. The change's trial is the one, between the last endpoint reading before the
+        shift and the first after it, where the block split fits the readings best."""
         if self._burst is not None or self._params is None or self._phase not in ("bisect", "models"):
-            return False
+            return
         best = None
         for s, _, shift in self._endpoint_shifts(MACHINE_MIN_AFTER):
             if best is None or shift[1] < best[2]:
@@ -178,7 +178,7 @@ class BurstWatch:
         # slower only (u is oriented: lower is worse): contention and throttling slow a host; a
         # "faster" shift was what a stall among the earlier readings left (4 of 120 stall runs)
         if best is None or best[2] > -MACHINE_Z or best[1] > -self._d_min:
-            return False
+            return
         s = best[0]
         pos, t = np.asarray(self._obs_pos, dtype=np.int64), np.asarray(self._obs_t, dtype=np.int64)
         ends = np.flatnonzero((pos == 0) | (pos == self.n - 1))
@@ -190,7 +190,6 @@ class BurstWatch:
         after = [int(self._obs_pathi[k]) for k in ends if t[k] >= s]
         self._bursts.append({"trials": [change - 1] + sorted(after), "refs": 0, "kept": True,
                              "shift": float(np.exp(self._sign * best[1]))})
-        return True
 
     def _machine_doubt(self) -> int | None:
         """Before a `no-regression` answer: the endpoint to read first when one endpoint's later
