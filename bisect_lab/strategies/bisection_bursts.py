@@ -44,14 +44,16 @@ BURST_MAX_REFS = 20
 # from trial 20 was answered `no-regression` in 16 of 40 runs): the endpoints, re-read every
 # REMEASURE_EVERY trials, shift together. A slowdown of the endpoints' latest readings against
 # their earlier medians (MACHINE_MIN_BEFORE of them at least) of min_effect or more, at MACHINE_Z
-# standard errors or more of the noise before it, with every later reading carrying at least half
-# of it (a stall must not), on MACHINE_MIN_AFTER readings or more, is a changed machine.
+# standard errors or more of the noise before it, with all but a fifth of the later readings
+# carrying at least half of it (a stall must not), on MACHINE_MIN_AFTER readings or more, is a
+# changed machine.
 MACHINE_Z = 3.5
 MACHINE_MIN_AFTER = 2
 MACHINE_MIN_BEFORE = 3
-# ... and before a `no-regression` answer, one endpoint's later readings this far below hint at one:
-# the other endpoint is read first.
-MACHINE_DOUBT_Z = 2.0
+# ... and before a `no-regression` answer, which contradicts the confirm step, both endpoints are
+# read MACHINE_MIN_AFTER times after it, and after any later reading of one endpoint that sits this
+# far below its earlier ones (a hint of a slower machine), so that the watch can see a change.
+MACHINE_DOUBT_Z = 1.5
 
 
 @dataclass(frozen=True)
@@ -192,20 +194,30 @@ class BurstWatch:
                              "shift": float(np.exp(self._sign * best[1]))})
 
     def _machine_doubt(self) -> int | None:
-        """Before a `no-regression` answer: the endpoint to read first when one endpoint's later
-        readings hint at a slower machine (MACHINE_DOUBT_Z, one reading enough) and the other
-        endpoint has not been read since. The watch then sees both (a 5% step with the host 8%
-        slower from trial 20 had been answered `no-regression` with one endpoint read after the
-        change). None: no such hint, or both read since."""
-        if self._phase != "bisect":
+        """Before a `no-regression` answer: the endpoint to read first, while either endpoint has
+        fewer than MACHINE_MIN_AFTER readings since the confirm step, or since a reading of one of
+        them that hints at a slower machine (MACHINE_DOUBT_Z, one reading enough). The confirm step
+        found a regression; a machine that slowed after it makes every later reading read low, and
+        "no regression" fitted with one endpoint read once or never since (benchmark cell 21: a 5%
+        step, the host 8% slower from trial 20, answered `no-regression` in 15-19 of 200 runs).
+        The watch then sees the shift in both. None: no such endpoint (or the watch is off)."""
+        if self._phase != "bisect" or not self._watching():
             return None
+        pos = np.asarray(self._obs_pos[self._confirm_obs:], dtype=np.int64)
+        fewest = min((int(np.sum(pos == e)), e) for e in (0, self.n - 1))
+        if fewest[0] < MACHINE_MIN_AFTER:
+            return fewest[1]
         for _, groups, shift in self._endpoint_shifts(1):
             if shift[1] > -MACHINE_DOUBT_Z or shift[0] > -self._d_min:
                 continue
-            unread = [e for e, (_, a) in zip((0, self.n - 1), groups) if a.size == 0]
-            if unread:
-                return unread[0]
+            short = [(a.size, e) for e, (_, a) in zip((0, self.n - 1), groups) if a.size < MACHINE_MIN_AFTER]
+            if short:
+                return min(short)[1]
         return None
+
+    def _watching(self) -> bool:
+        """The machine watch is on: no change found yet, the guard on, one host."""
+        return self._machine is None and self.burst_guard and not self._burst_off and self.parallel == 1
 
     def _endpoint_shifts(self, min_after: int):
         """(split trial, the endpoints' (earlier, later) readings, (shift, z)) for each endpoint
@@ -213,7 +225,7 @@ class BurstWatch:
         has one; nothing once a machine change is known, or off (the guard off, several hosts).
         Only readings after the confirm step can show the change: its quick alternation of the
         endpoints is the "before" that every later re-reading is compared with."""
-        if self._machine is not None or not self.burst_guard or self._burst_off or self.parallel > 1:
+        if not self._watching():
             return
         pos = np.asarray(self._obs_pos, dtype=np.int64)
         u = np.asarray(self._obs_u, dtype=float)
@@ -265,9 +277,9 @@ class BurstWatch:
 def _common_shift(groups: list[tuple[np.ndarray, np.ndarray]], sd: float,
                   min_after: int = MACHINE_MIN_AFTER) -> tuple[float, float] | None:
     """(shift, z) of the later readings against the earlier ones, common to every group (the
-    endpoints), weighted as a two-sample difference at noise ``sd``; None unless
-    MACHINE_MIN_AFTER later readings of groups with MACHINE_MIN_BEFORE earlier ones each carry at
-    least half of the shift, on its side."""
+    endpoints), weighted as a two-sample difference at noise ``sd``; None unless there are
+    ``min_after`` later readings of groups with MACHINE_MIN_BEFORE earlier ones, and all but a
+    fifth of them (rounded down) carry at least half of the shift, on its side."""
     used = [(b, a) for b, a in groups if b.size >= MACHINE_MIN_BEFORE and a.size]
     if sum(a.size for _, a in used) < min_after:
         return None
@@ -277,7 +289,10 @@ def _common_shift(groups: list[tuple[np.ndarray, np.ndarray]], sd: float,
     shift = float((w * d).sum() / w.sum())
     sd = max(sd, 1e-6)
     later = np.concatenate([a - np.median(b) for b, a in used])
-    if not np.all(later * np.sign(shift) >= abs(shift) / 2):
+    # A fifth of them may fall short (rounded down: all of up to four): a real shift of 8% at CV 3%
+    # leaves one reading in ten short of half of it, and the watch had asked every one, so the more
+    # readings after the change, the less it could see it (z of -5 on 23 readings, 18 carrying it).
+    if int(np.sum(later * np.sign(shift) < abs(shift) / 2)) > later.size // 5:
         return None
     return shift, shift / (sd / math.sqrt(float(w.sum())))
 
