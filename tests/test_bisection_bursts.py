@@ -212,8 +212,8 @@ def _cell21(monkeypatch, seed):
 
 
 def test_a_machine_change_read_on_many_endpoint_readings_is_found(monkeypatch):
-    """Cell 21, seed 40: both endpoints re-read 23 times after the host turned 8% slower, the
-    shift at z = -5, five readings short of half of it; the watch saw nothing and the search
+    """Cell 21, seed 40: the endpoints re-read 23 times between them after the host turned 8%
+    slower, the shift at z = -5, five readings short of half of it; the watch saw nothing and the search
     answered `no-regression` after 90 trials. Now the change is found and the step named."""
     v, world = _cell21(monkeypatch, 40)
     assert v.status == "culprit" and v.index == world.change, (v.status, v.index, world.change)
