@@ -163,6 +163,15 @@ def test_the_changed_machine_found_from_the_endpoints_has_its_own_warning_line()
     assert "stayed slow from there" in line, line
 
 
+def _cell21(monkeypatch, seed):
+    import os
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import simulate_bisection as sb
+    from bisect_lab import bisect_sequence
+    world = sb.World(sb.SCENARIOS[21], seed, 21)
+    return bisect_sequence(sb.N, world.measure, seed=seed), world
+
+
 @pytest.mark.parametrize("seed", [48, 150])
 def test_before_no_regression_the_other_endpoint_is_read_when_one_hints_at_a_slower_machine(
         monkeypatch, seed):
@@ -170,12 +179,7 @@ def test_before_no_regression_the_other_endpoint_is_read_when_one_hints_at_a_slo
     with one endpoint read after the change, "no regression" fitted and was the answer. Now that
     endpoint's hint sends the search to the other one first, the watch sees the shift in both, and
     the step is found (8 of the 27 such runs of 200)."""
-    import os
-    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    import simulate_bisection as sb
-    from bisect_lab import bisect_sequence
-    world = sb.World(sb.SCENARIOS[21], seed, 21)
-    v = bisect_sequence(sb.N, world.measure, seed=seed)
+    v, world = _cell21(monkeypatch, seed)
     assert v.status == "culprit" and v.index == world.change, (v.status, v.index, world.change)
     (b,) = [b for b in v.bursts if b.get("shift")]
     assert 0.85 < b["shift"] < 0.97 and 15 <= b["trials"][0] + 1 <= 30, b
@@ -200,15 +204,6 @@ def test_a_shift_seen_on_many_later_readings_is_not_lost_to_a_few_that_fall_shor
     stalled = [(b, np.append(rng.normal(0.0, 0.03, 4), np.log(0.6)) - (0.0 if k == 0 else 0.05))
                for k, b in enumerate(before)]
     assert _common_shift(stalled, 0.03) is None
-
-
-def _cell21(monkeypatch, seed):
-    import os
-    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    import simulate_bisection as sb
-    from bisect_lab import bisect_sequence
-    world = sb.World(sb.SCENARIOS[21], seed, 21)
-    return bisect_sequence(sb.N, world.measure, seed=seed), world
 
 
 def test_a_machine_change_read_on_many_endpoint_readings_is_found(monkeypatch):
