@@ -153,6 +153,19 @@ SCENARIOS = (
     _slide(0.01, 10),
     _slide(0.02, 5),
     _slide(0.005, 30, ", CV 5%", cv=0.05),
+    # 26-31: held out (2026-12-07, late night): shapes no rule was tuned on, picked to find what
+    # the cells above miss, then run once. Bursts that cover the confirm step, a host that speeds
+    # up, a steeper drift, two equal steps, more stalls, heavier noise.
+    Scenario("step 8%, long bursts (3%, 10 readings)", 0.08, burst_rate=0.03, burst_len=10,
+             reps_share=0.5, methods=NEW_METHODS),
+    Scenario("step 5%, machine +5% from trial 30", 0.05, machine_step=-0.05, machine_from=30,
+             reps_share=0.5, methods=NEW_METHODS),
+    Scenario("no step, drift -3%/100 trials", 0.0, drift_per_trial=-0.0003, reps_share=0.5,
+             methods=NEW_METHODS),
+    Scenario("two steps 6% then 6%", 0.06, steps=(0.06,), reps_share=0.5, methods=NEW_METHODS),
+    Scenario("no step, stalls 8% (1.2-1.6x)", 0.0, stall_rate=0.08, stall_size=(1.2, 1.6),
+             reps_share=0.5, methods=NEW_METHODS),
+    Scenario("no step, t3 noise, CV 5%", 0.0, noise="t3", cv=0.05, reps_share=0.5, methods=NEW_METHODS),
 )
 MIN_GAP = 10
 

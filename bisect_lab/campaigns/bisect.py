@@ -75,7 +75,9 @@ def _burst_lines(vd: dict, path: list, trials, metric: str) -> list[str]:
         if b.get("kept"):
             seen = (f"both endpoints read {abs(b['shift'] - 1):.1%} {'slower' if b['shift'] < 1 else 'faster'}"
                     if b.get("shift") else "the reference (the good commit) stayed slow")
-            lines.append(f"the machine changed at trial {first or '?'}: {seen} from there ({metric} {vals}); "
+            why = (": the readings before it sat in a burst of host contention, or the host sped up"
+                   if b.get("shift", 1.0) > 1 else "")
+            lines.append(f"the machine changed at trial {first or '?'}: {seen} from there ({metric} {vals}){why}; "
                          "the readings since are kept as a new level of the host, taken out of every "
                          "comparison (as a second host's level is)")
         else:

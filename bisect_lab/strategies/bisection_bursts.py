@@ -46,7 +46,8 @@ BURST_MAX_REFS = 20
 # their earlier medians (MACHINE_MIN_BEFORE of them at least) of min_effect or more, at MACHINE_Z
 # standard errors or more of the noise before it, with all but a fifth of the later readings
 # carrying at least half of it (a stall must not), on MACHINE_MIN_AFTER readings or more, is a
-# changed machine.
+# changed machine. So is a speed-up of a burst's size (MIN_GAP) read the same way on both endpoints:
+# the earlier readings sat in a burst that nothing before them could show (the confirm step's).
 MACHINE_Z = 3.5
 MACHINE_MIN_AFTER = 2
 MACHINE_MIN_BEFORE = 3
@@ -174,12 +175,18 @@ class BurstWatch:
         if self._burst is not None or self._params is None or self._phase not in ("bisect", "models"):
             return
         best = None
-        for s, _, shift in self._endpoint_shifts(MACHINE_MIN_AFTER):
-            if best is None or shift[1] < best[2]:
+        for s, groups, shift in self._endpoint_shifts(MACHINE_MIN_AFTER):
+            # Slower (u is oriented: lower is worse): contention and throttling slow a host. A
+            # "faster" shift of a few percent was what a stall among the earlier readings left (4
+            # of 120 stall runs); one of a burst's size, on both endpoints, is a burst that the
+            # earlier readings sat in (the confirm step read in it: nothing before to tell it by).
+            slower = shift[1] <= -MACHINE_Z and shift[0] <= -self._d_min
+            faster = shift[1] >= MACHINE_Z and shift[0] >= MIN_GAP and all(later.size for _, later in groups)
+            if not (slower or faster):
+                continue
+            if best is None or abs(shift[1]) > abs(best[2]):
                 best = (s, shift[0], shift[1])
-        # slower only (u is oriented: lower is worse): contention and throttling slow a host; a
-        # "faster" shift was what a stall among the earlier readings left (4 of 120 stall runs)
-        if best is None or best[2] > -MACHINE_Z or best[1] > -self._d_min:
+        if best is None:
             return
         s = best[0]
         pos, t = np.asarray(self._obs_pos, dtype=np.int64), np.asarray(self._obs_t, dtype=np.int64)
