@@ -14,6 +14,7 @@ right tail without), embedded below so the script runs anywhere.
     python benchmarks/simulate_attribution.py --extra --no-baseline --reps 50 --first-seed 1000
     python benchmarks/simulate_attribution.py --structure --reps 40 --jobs 1   # answer shapes (issue #23)
     python benchmarks/simulate_attribution.py --prior --reps 100     # a noise prior beside none
+    python benchmarks/simulate_attribution.py --heldout --no-baseline --first-seed 7000   # never tuned on
 """
 from __future__ import annotations
 
@@ -167,6 +168,37 @@ EXTRA_SCENARIOS = [
     Scenario("xnone5", "no regression, CV 5%", (15,), (), cv=0.05),
     Scenario("xsub1", "sub-threshold 1% difference (the gate's grey zone)", (10,), (), subthreshold=0.01),
     Scenario("xhet5", "one culprit 5%, H200 noise", (10,), (0.05,), noise="h200"),
+]
+
+# --heldout (issue #23, 2026-12-07): shapes no rule was tuned on, picked to look for what the
+# robustness cells miss (a stall rate three times theirs, a machine that changes early and by more,
+# or gets faster, a steeper drift, bursts among 20 factors, heavier noise) and run once on seeds
+# 7000 on; beside today's strategy (robust=False) like --robust.
+HELDOUT_SCENARIOS = [
+    Scenario("h_stall10", "no regression, 10% of trials stall 25% slower", (10,), (), stall_rate=0.10,
+             stall_size=0.25, null_like=True),
+    Scenario("h_stall3n20", "no regression, 3% of trials stall 50% slower", (20,), (), stall_rate=0.03,
+             stall_size=0.5, null_like=True),
+    Scenario("h_step8", "no regression, the machine 8% slower from trial 15 on", (10,), (), step_at=15,
+             step_size=0.08, null_like=True),
+    Scenario("h_stepup", "no regression, the machine 4% faster from trial 30 on", (10,), (), step_at=30,
+             step_size=-0.04, null_like=True),
+    Scenario("h_drift5", "no regression, drift -5% per 100 trials", (10,), (), drift_per_100=-0.05,
+             null_like=True),
+    Scenario("h_one5step8", "one culprit 5%, the machine 8% slower from trial 15 on", (10,), (0.05,),
+             step_at=15, step_size=0.08),
+    Scenario("h_burst0n20", "no regression, bursts (2%/trial, 6 trials, 20-35%)", (20,), (), burst_rate=0.02,
+             burst_len=6, null_like=True),
+    Scenario("h_one10stall", "one culprit 10%, 5% of trials stall 40% slower", (10,), (0.10,),
+             stall_rate=0.05, stall_size=0.4),
+    Scenario("h_two10_10", "two culprits, 10% and 10%", (10,), (0.10, 0.10)),
+    Scenario("h_one8t3", "one culprit 8%, Student-t(3) noise, CV 5%", (10,), (0.08,), noise="t3", cv=0.05),
+    Scenario("h_t3none5", "no regression, Student-t(3) noise, CV 5%", (10,), (), noise="t3", cv=0.05,
+             null_like=True),
+    Scenario("h_none8", "no regression, CV 8%", (10,), (), cv=0.08),
+    Scenario("h_one15burst", "one culprit 15%, long bursts (1%/trial, 20 trials)", (10,), (0.15,),
+             burst_rate=0.01, burst_len=20),
+    Scenario("h_and10n5", "AND pair, 10% only when both bad", (5,), (0.10, 0.0), kind="and"),
 ]
 
 
@@ -404,7 +436,8 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
 
 def scenario(key: str) -> Scenario:
     """A scenario of the main or the extra set, by key."""
-    return next(s for s in SCENARIOS + EXTRA_SCENARIOS + ROBUST_SCENARIOS + STRUCTURE_SCENARIOS if s.key == key)
+    return next(s for s in SCENARIOS + EXTRA_SCENARIOS + ROBUST_SCENARIOS + STRUCTURE_SCENARIOS
+                + HELDOUT_SCENARIOS if s.key == key)
 
 
 def seeded_measure(key: str, n: int, rep: int):
@@ -468,6 +501,8 @@ def main(argv=None) -> int:
                     help="only the scenarios chosen after tuning (EXTRA_SCENARIOS), not the main ones")
     ap.add_argument("--robust", action="store_true",
                     help="only the robustness scenarios (ROBUST_SCENARIOS), beside today's strategy")
+    ap.add_argument("--heldout", action="store_true",
+                    help="only the held-out cells (HELDOUT_SCENARIOS, never tuned on), beside today's strategy")
     ap.add_argument("--today", action="store_true",
                     help="also run today's strategy (robust=False: Gaussian gate, unconfirmed hand-overs named)")
     ap.add_argument("--main", action="store_true",
@@ -491,9 +526,10 @@ def main(argv=None) -> int:
     reps = a.reps or (20 if a.quick else 100)
     breps = a.baseline_reps or max(20, reps // 4)
     only = set(filter(None, a.only.split(",")))
-    pool_ = ROBUST_SCENARIOS if a.robust else EXTRA_SCENARIOS if a.extra else SCENARIOS
+    pool_ = (ROBUST_SCENARIOS if a.robust else HELDOUT_SCENARIOS if a.heldout
+             else EXTRA_SCENARIOS if a.extra else SCENARIOS)
     scen = [s for s in pool_ if not only or s.key in only]
-    today = a.today or a.robust
+    today = a.today or a.robust or a.heldout
     seeds = range(a.first_seed, a.first_seed + reps)
     bseeds = range(a.first_seed, a.first_seed + breps)
     tasks = []

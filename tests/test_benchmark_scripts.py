@@ -40,6 +40,15 @@ def test_attribution_benchmark_smoke():
     assert len(rows) == 3 and all("attribution" in l for l in rows), out
 
 
+def test_attribution_benchmark_heldout_cells_run_beside_today():
+    """--heldout runs only the held-out cells, each beside today's strategy (robust=False)."""
+    out = run("benchmarks/simulate_attribution.py", "--heldout", "--only", "h_two10_10", "--reps", "2",
+              "--no-baseline", "--jobs", "1")
+    rows = [l for l in out.splitlines() if "|" in l and l.split("|")[1].split()[:1] in (["attribution"], ["today"])]
+    assert [r.split("|")[1].split()[0] for r in rows] == ["attribution", "today"], out
+    assert out.count("two culprits, 10% and 10%") == 1 and "one culprit, 25%" not in out, out
+
+
 def test_demo_shape_simulation_smoke():
     out = run("benchmarks/simulate_demo_shape.py", "--reps", "3", "--cv", "0.03", "--jobs", "1")
     m = re.search(r"3 runs: full set (\d+)%, pair reported (\d+)%, exactly 'and' (\d+)%", out)
