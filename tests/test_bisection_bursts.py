@@ -167,13 +167,19 @@ def test_the_changed_machine_found_from_the_endpoints_has_its_own_warning_line()
     assert "stayed slow from there" in line, line
 
 
-def _cell21(monkeypatch, seed):
+def _bench_cell(monkeypatch, cell, seed):
+    """(verdict, world) of one run of benchmark cell ``cell`` (simulate_bisection.py), as the
+    benchmark runs it."""
     import os
     monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     import simulate_bisection as sb
     from bisect_lab import bisect_sequence
-    world = sb.World(sb.SCENARIOS[21], seed, 21)
+    world = sb.World(sb.SCENARIOS[cell], seed, cell)
     return bisect_sequence(sb.N, world.measure, seed=seed), world
+
+
+def _cell21(monkeypatch, seed):
+    return _bench_cell(monkeypatch, 21, seed)
 
 
 @pytest.mark.parametrize("seed", [48, 150])
@@ -232,15 +238,6 @@ def test_before_no_regression_both_endpoints_are_read_again_since_the_confirm_st
     assert any(b.get("shift") for b in v.bursts), v.bursts
 
 
-def _cell26(monkeypatch, seed):
-    import os
-    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    import simulate_bisection as sb
-    from bisect_lab import bisect_sequence
-    world = sb.World(sb.SCENARIOS[26], seed, 26)
-    return bisect_sequence(sb.N, world.measure, seed=seed), world
-
-
 @pytest.mark.parametrize("seed", [5057, 5141])
 def test_a_burst_the_confirm_step_read_in_is_found_from_the_faster_readings_after_it(monkeypatch, seed):
     """Benchmark cell 26, held out from every rule's tuning (an 8% step; bursts of 10 readings
@@ -249,7 +246,7 @@ def test_a_burst_the_confirm_step_read_in_is_found_from_the_faster_readings_afte
     30-45% faster than the levels learned, and the search ran to its 300-trial budget. The watch
     now takes a burst-sized shift of both endpoints the *faster* way for what it is: the earlier
     readings were another level of the host. The step is named."""
-    v, world = _cell26(monkeypatch, seed)
+    v, world = _bench_cell(monkeypatch, 26, seed)
     assert v.status == "culprit" and v.index == world.change, (v.status, v.index, world.change)
     assert any(b.get("shift", 1.0) > 1.1 for b in v.bursts), v.bursts
 
@@ -259,6 +256,6 @@ def test_a_burst_the_confirm_step_read_in_does_not_end_in_no_regression(monkeypa
     """Cell 26 again: the same burst over the confirm step, and the readings after it fitted "no
     regression" at 0.95 (after 119 and 172 trials) for a real 8% step. Now the faster shift is
     found and the answer is no longer `no-regression`."""
-    v, world = _cell26(monkeypatch, seed)
+    v, world = _bench_cell(monkeypatch, 26, seed)
     assert v.status != "no-regression", (v.status, v.trials)
     assert any(b.get("shift", 1.0) > 1.1 for b in v.bursts), v.bursts
