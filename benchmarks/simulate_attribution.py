@@ -435,7 +435,7 @@ def make_measure(sc: Scenario, n: int, rng: np.random.Generator):
 
 
 def scenario(key: str) -> Scenario:
-    """A scenario of the main or the extra set, by key."""
+    """A scenario of any of the sets above, by key."""
     return next(s for s in SCENARIOS + EXTRA_SCENARIOS + ROBUST_SCENARIOS + STRUCTURE_SCENARIOS
                 + HELDOUT_SCENARIOS if s.key == key)
 
