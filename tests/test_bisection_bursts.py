@@ -178,10 +178,6 @@ def _bench_cell(monkeypatch, cell, seed):
     return bisect_sequence(sb.N, world.measure, seed=seed), world
 
 
-def _cell21(monkeypatch, seed):
-    return _bench_cell(monkeypatch, 21, seed)
-
-
 @pytest.mark.parametrize("seed", [48, 150])
 def test_before_no_regression_the_other_endpoint_is_read_when_one_hints_at_a_slower_machine(
         monkeypatch, seed):
@@ -189,7 +185,7 @@ def test_before_no_regression_the_other_endpoint_is_read_when_one_hints_at_a_slo
     with one endpoint read after the change, "no regression" fitted and was the answer. Now that
     endpoint's hint sends the search to the other one first, the watch sees the shift in both, and
     the step is found (8 of the 27 such runs of 200)."""
-    v, world = _cell21(monkeypatch, seed)
+    v, world = _bench_cell(monkeypatch, 21, seed)
     assert v.status == "culprit" and v.index == world.change, (v.status, v.index, world.change)
     (b,) = [b for b in v.bursts if b.get("shift")]
     assert 0.85 < b["shift"] < 0.97 and 15 <= b["trials"][0] + 1 <= 30, b
@@ -220,7 +216,7 @@ def test_a_machine_change_read_on_many_endpoint_readings_is_found(monkeypatch):
     """Cell 21, seed 40: the endpoints re-read 23 times between them after the host turned 8%
     slower, the shift at z = -5, five readings short of half of it; the watch saw nothing and the search
     answered `no-regression` after 90 trials. Now the change is found and the step named."""
-    v, world = _cell21(monkeypatch, 40)
+    v, world = _bench_cell(monkeypatch, 21, 40)
     assert v.status == "culprit" and v.index == world.change, (v.status, v.index, world.change)
     (b,) = [b for b in v.bursts if b.get("shift")]
     assert 0.85 < b["shift"] < 0.97, b
@@ -233,14 +229,14 @@ def test_before_no_regression_both_endpoints_are_read_again_since_the_confirm_st
     since, too little for either the watch or the hint. A `no-regression` that contradicts the
     confirm step now waits for two readings of each endpoint after it; they show the shift, the
     watch finds the change, and the step is named."""
-    v, world = _cell21(monkeypatch, seed)
+    v, world = _bench_cell(monkeypatch, 21, seed)
     assert v.status == "culprit" and v.index == world.change, (v.status, v.index, world.change)
     assert any(b.get("shift") for b in v.bursts), v.bursts
 
 
 @pytest.mark.parametrize("seed", [5057, 5141])
 def test_a_burst_the_confirm_step_read_in_is_found_from_the_faster_readings_after_it(monkeypatch, seed):
-    """Benchmark cell 26, held out from every rule's tuning (an 8% step; bursts of 10 readings
+    """Benchmark cell 26, a shape found after the tuning (an 8% step; bursts of 10 readings
     20-35% slower, starting at 3% of readings): the confirm step read both endpoints inside a
     burst, so the guard had no level to call them slow against; once it ended every reading read
     30-45% faster than the levels learned, and the search ran to its 300-trial budget. The watch
